@@ -1,0 +1,1 @@
+# fqcore: TF-exact fake quantization on the CPU

@@ -1,0 +1,49 @@
+# The C API of src_c/include/fqcore.h, as Cython sees it.
+cdef extern from "fqcore.h" nogil:
+    ctypedef enum fq_status:
+        FQ_OK
+        FQ_ERR_NULL_POINTER
+        FQ_ERR_NUM_BITS
+        FQ_ERR_MIN_NOT_BELOW_MAX
+        FQ_ERR_NO_MEMORY
+        FQ_ERR_ISA_UNAVAILABLE
+        FQ_ERR_BAD_ISA
+        FQ_ERR_BAD_THREADS
+        FQ_ERR_BAD_SHAPE
+
+    ctypedef enum fq_isa:
+        FQ_ISA_SCALAR
+        FQ_ISA_AVX2
+        FQ_ISA_AVX512
+        FQ_ISA_NEON
+        FQ_ISA_COUNT
+
+    const char *FQCORE_VERSION_STRING
+    const char *fq_status_string(fq_status status)
+    const char *fq_isa_name(fq_isa isa)
+    fq_status fq_isa_from_name(const char *name, fq_isa *isa)
+    int fq_isa_compiled(fq_isa isa)
+    int fq_isa_available(fq_isa isa)
+    fq_isa fq_get_isa()
+    fq_status fq_set_isa(fq_isa isa)
+    fq_status fq_init()
+    int fq_get_num_threads()
+    fq_status fq_set_num_threads(int num_threads)
+    int fq_has_openmp()
+
+    fq_status fq_f32_args(const float *x, float *out, size_t n, float min, float max,
+                          int num_bits, int narrow_range)
+    fq_status fq_f32_args_grad(const float *g, const float *x, float *dx, size_t n, float min,
+                               float max, int num_bits, int narrow_range)
+    fq_status fq_f32_vars(const float *x, float *out, size_t n, float min, float max,
+                          int num_bits, int narrow_range)
+    fq_status fq_f32_vars_grad(const float *g, const float *x, float *dx, size_t n, float min,
+                               float max, int num_bits, int narrow_range, float *dmin,
+                               float *dmax)
+    fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t channels,
+                                      const float *min, const float *max, int num_bits,
+                                      int narrow_range)
+    fq_status fq_f32_vars_per_channel_grad(const float *g, const float *x, float *dx, size_t n,
+                                           size_t channels, const float *min, const float *max,
+                                           int num_bits, int narrow_range, float *dmin,
+                                           float *dmax)

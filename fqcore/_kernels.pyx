@@ -1,0 +1,111 @@
+# Thin bindings: one C call per function, the GIL released, a status code turned into an exception.
+# Arguments arrive validated and C-contiguous from fqcore.ops; nothing else happens here.
+
+ISA_NAMES = tuple(fq_isa_name(<fq_isa>i).decode() for i in range(FQ_ISA_COUNT))
+VERSION = FQCORE_VERSION_STRING.decode()
+
+
+cdef int _check(fq_status status) except -1:
+    if status == FQ_OK:
+        return 0
+    message = fq_status_string(status).decode()
+    if status == FQ_ERR_NO_MEMORY:
+        raise MemoryError(message)
+    raise ValueError(message)
+
+
+cdef inline const float *_cptr(const float[::1] a) noexcept nogil:
+    """Address of the first element, NULL for an empty array (which has no element 0)."""
+    return &a[0] if a.shape[0] > 0 else NULL
+
+
+cdef inline float *_ptr(float[::1] a) noexcept nogil:
+    return &a[0] if a.shape[0] > 0 else NULL
+
+
+def init():
+    """Reads FQCORE_ISA / FQCORE_NUM_THREADS; raises if either holds a bad value."""
+    _check(fq_init())
+
+
+def isa_compiled(int isa):
+    return bool(fq_isa_compiled(<fq_isa>isa))
+
+
+def isa_available(int isa):
+    return bool(fq_isa_available(<fq_isa>isa))
+
+
+def get_isa():
+    return <int>fq_get_isa()
+
+
+def set_isa(int isa):
+    _check(fq_set_isa(<fq_isa>isa))
+
+
+def get_num_threads():
+    return fq_get_num_threads()
+
+
+def set_num_threads(int threads):
+    _check(fq_set_num_threads(threads))
+
+
+def has_openmp():
+    return bool(fq_has_openmp())
+
+
+def args_forward(const float[::1] x, float[::1] out, float min, float max, int num_bits,
+                 bint narrow_range):
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_args(_cptr(x), _ptr(out), x.shape[0], min, max, num_bits, narrow_range)
+    _check(rc)
+
+
+def args_grad(const float[::1] g, const float[::1] x, float[::1] dx, float min, float max,
+              int num_bits, bint narrow_range):
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_args_grad(_cptr(g), _cptr(x), _ptr(dx), x.shape[0], min, max, num_bits,
+                              narrow_range)
+    _check(rc)
+
+
+def vars_forward(const float[::1] x, float[::1] out, float min, float max, int num_bits,
+                 bint narrow_range):
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_vars(_cptr(x), _ptr(out), x.shape[0], min, max, num_bits, narrow_range)
+    _check(rc)
+
+
+def vars_grad(const float[::1] g, const float[::1] x, float[::1] dx, float min, float max,
+              int num_bits, bint narrow_range, float[::1] sums):
+    """sums receives [backprop_wrt_min, backprop_wrt_max]."""
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_vars_grad(_cptr(g), _cptr(x), _ptr(dx), x.shape[0], min, max, num_bits,
+                              narrow_range, &sums[0], &sums[1])
+    _check(rc)
+
+
+def channel_forward(const float[::1] x, float[::1] out, const float[::1] min,
+                    const float[::1] max, int num_bits, bint narrow_range):
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_vars_per_channel(_cptr(x), _ptr(out), x.shape[0], min.shape[0], _cptr(min),
+                                     _cptr(max), num_bits, narrow_range)
+    _check(rc)
+
+
+def channel_grad(const float[::1] g, const float[::1] x, float[::1] dx,
+                 const float[::1] min, const float[::1] max, int num_bits,
+                 bint narrow_range, float[::1] dmin, float[::1] dmax):
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_vars_per_channel_grad(_cptr(g), _cptr(x), _ptr(dx), x.shape[0], min.shape[0],
+                                          _cptr(min), _cptr(max), num_bits, narrow_range,
+                                          _ptr(dmin), _ptr(dmax))
+    _check(rc)

@@ -1,0 +1,38 @@
+/* Flush-to-zero / denormals-are-zero control: MXCSR on x86-64, FPCR.FZ on AArch64. */
+#include "fpenv.h"
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+#include <xmmintrin.h>
+
+/* MXCSR bit 15 is flush-to-zero, bit 6 denormals-are-zero; SSE, AVX and AVX-512 all obey it. */
+#define FQ_MXCSR_FTZ_DAZ 0x8040u
+
+fq_fpenv fq_fpenv_enter(void) {
+    unsigned int csr = _mm_getcsr();
+    _mm_setcsr(csr | FQ_MXCSR_FTZ_DAZ);
+    return csr;
+}
+
+void fq_fpenv_leave(fq_fpenv saved) { _mm_setcsr((unsigned int)saved); }
+
+#elif defined(__aarch64__)
+
+/* FPCR.FZ (bit 24) flushes denormal inputs and results of scalar and Advanced SIMD float ops. */
+#define FQ_FPCR_FZ ((uint64_t)1 << 24)
+
+fq_fpenv fq_fpenv_enter(void) {
+    uint64_t fpcr;
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+    __asm__ __volatile__("msr fpcr, %0" : : "r"(fpcr | FQ_FPCR_FZ));
+    return fpcr;
+}
+
+void fq_fpenv_leave(fq_fpenv saved) { __asm__ __volatile__("msr fpcr, %0" : : "r"(saved)); }
+
+#else
+
+/* Other CPUs: no portable switch; denormals keep their IEEE meaning there (documented in README). */
+fq_fpenv fq_fpenv_enter(void) { return 0; }
+void fq_fpenv_leave(fq_fpenv saved) { (void)saved; }
+
+#endif

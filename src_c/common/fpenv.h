@@ -1,0 +1,13 @@
+/* Flush-to-zero / denormals-are-zero for the duration of a kernel call, as TF's CPU threads run. */
+#ifndef FQ_FPENV_H
+#define FQ_FPENV_H
+
+#include <stdint.h>
+
+typedef uint64_t fq_fpenv;
+
+/* Switches the calling thread to FTZ+DAZ and returns the previous state for fq_fpenv_leave(). */
+fq_fpenv fq_fpenv_enter(void);
+void fq_fpenv_leave(fq_fpenv saved);
+
+#endif

@@ -1,0 +1,400 @@
+/* Public fake-quant entry points: validation, the nudge, work partitioning and deterministic sums. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../include/fqcore.h"
+#include "../common/fpenv.h"
+#include "../common/parallel.h"
+#include "../common/runtime.h"
+#include "fq_kernels.h"
+
+/* Elementwise work is split into chunks of whole cache lines. */
+#define FQ_CHUNK_ALIGN ((size_t)64)
+/* Per-channel gradients keep one row of float64 partial sums per row block: at most this many
+   blocks (a fixed function of the shape, never of the thread count). */
+#define FQ_CHANNEL_MAX_BLOCKS ((size_t)16)
+#define FQ_CHANNEL_BLOCK_WORK ((size_t)65536)
+/* Channel counts are padded to a period that fills whole vectors when that stays this short. */
+#define FQ_CHANNEL_MAX_PADDED_PERIOD ((size_t)4096)
+
+static const fq_fake_quant_kernels *active_kernels(void) {
+    switch (fq_runtime_isa()) {
+#ifdef FQ_BUILD_AVX2
+    case FQ_ISA_AVX2: return &fq_fake_quant__avx2;
+#endif
+#ifdef FQ_BUILD_AVX512
+    case FQ_ISA_AVX512: return &fq_fake_quant__avx512;
+#endif
+#ifdef FQ_BUILD_NEON
+    case FQ_ISA_NEON: return &fq_fake_quant__neon;
+#endif
+    default: return &fq_fake_quant__scalar;
+    }
+}
+
+static fq_status check_common(size_t n, int num_bits, const void *a, const void *b, const void *c) {
+    if (num_bits < 2 || num_bits > 16) return FQ_ERR_NUM_BITS;
+    if (n > 0 && (a == NULL || b == NULL || c == NULL)) return FQ_ERR_NULL_POINTER;
+    return FQ_OK;
+}
+
+static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+/* ---- Per-tensor elementwise ops (forward and the Args gradient) ---- */
+
+typedef struct {
+    const fq_fake_quant_kernels *k;
+    int which; /* 0 forward_mul, 1 forward_div, 2 mask */
+    const float *g, *x;
+    float *out;
+    size_t n, chunk;
+    const fq_grid *grid;
+} elementwise_job;
+
+static void elementwise_item(void *context, size_t item) {
+    const elementwise_job *job = context;
+    const size_t start = item * job->chunk;
+    if (start >= job->n) return;
+    const size_t len = job->n - start < job->chunk ? job->n - start : job->chunk;
+    switch (job->which) {
+    case 0: job->k->forward_mul(job->x + start, job->out + start, len, job->grid); break;
+    case 1: job->k->forward_div(job->x + start, job->out + start, len, job->grid); break;
+    default: job->k->mask(job->g + start, job->x + start, job->out + start, len, job->grid); break;
+    }
+}
+
+static void run_elementwise(int which, const float *g, const float *x, float *out, size_t n,
+                            const fq_grid *grid) {
+    const int threads = fq_runtime_threads_for(n, ceil_div(n, FQ_CHUNK_ALIGN));
+    elementwise_job job = {active_kernels(), which, g, x, out, n, n, grid};
+    if (threads > 1) job.chunk = ceil_div(ceil_div(n, (size_t)threads), FQ_CHUNK_ALIGN) * FQ_CHUNK_ALIGN;
+    fq_parallel_for(threads, ceil_div(n, job.chunk), elementwise_item, &job);
+}
+
+static void fill_zero(float *out, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] = 0.0f;
+}
+
+fq_status fq_f32_args(const float *x, float *out, size_t n, float min, float max, int num_bits,
+                      int narrow_range) {
+    fq_status status = check_common(n, num_bits, x, out, out);
+    if (status != FQ_OK) return status;
+    const fq_fpenv saved = fq_fpenv_enter();
+    if (!fq_range_is_ordered(min, max)) {
+        status = FQ_ERR_MIN_NOT_BELOW_MAX;
+    } else if (n > 0) {
+        fq_grid grid;
+        fq_nudge(min, max, num_bits, narrow_range, &grid);
+        run_elementwise(0, NULL, x, out, n, &grid);
+    }
+    fq_fpenv_leave(saved);
+    return status;
+}
+
+fq_status fq_f32_args_grad(const float *g, const float *x, float *dx, size_t n, float min, float max,
+                           int num_bits, int narrow_range) {
+    fq_status status = check_common(n, num_bits, g, x, dx);
+    if (status != FQ_OK) return status;
+    const fq_fpenv saved = fq_fpenv_enter();
+    if (!fq_range_is_ordered(min, max)) {
+        status = FQ_ERR_MIN_NOT_BELOW_MAX;
+    } else if (n > 0) {
+        fq_grid grid;
+        fq_nudge(min, max, num_bits, narrow_range, &grid);
+        run_elementwise(2, g, x, dx, n, &grid);
+    }
+    fq_fpenv_leave(saved);
+    return status;
+}
+
+fq_status fq_f32_vars(const float *x, float *out, size_t n, float min, float max, int num_bits,
+                      int narrow_range) {
+    const fq_status status = check_common(n, num_bits, x, out, out);
+    if (status != FQ_OK || n == 0) return status;
+    const fq_fpenv saved = fq_fpenv_enter();
+    if (fq_range_is_zero(min, max)) {
+        fill_zero(out, n);
+    } else {
+        fq_grid grid;
+        fq_nudge(min, max, num_bits, narrow_range, &grid);
+        run_elementwise(1, NULL, x, out, n, &grid);
+    }
+    fq_fpenv_leave(saved);
+    return FQ_OK;
+}
+
+/* ---- Per-tensor gradient with sums ---- */
+
+/* Combines the lanes of one block in a fixed pairwise order. */
+static double reduce_lanes(double lanes[FQ_SUM_LANES]) {
+    for (size_t width = FQ_SUM_LANES / 2; width > 0; width /= 2)
+        for (size_t i = 0; i < width; ++i) lanes[i] += lanes[i + width];
+    return lanes[0];
+}
+
+typedef struct {
+    const fq_fake_quant_kernels *k;
+    const float *g, *x;
+    float *dx;
+    size_t n;
+    const fq_grid *grid;
+    double *partials; /* [block][2]: min sum, max sum */
+} sums_job;
+
+static void sums_item(void *context, size_t block) {
+    const sums_job *job = context;
+    const size_t start = block * FQ_SUM_BLOCK;
+    const size_t len = job->n - start < FQ_SUM_BLOCK ? job->n - start : FQ_SUM_BLOCK;
+    double lanes_min[FQ_SUM_LANES] = {0}, lanes_max[FQ_SUM_LANES] = {0};
+    job->k->mask_sums(job->g + start, job->x + start, job->dx + start, len, job->grid, lanes_min,
+                      lanes_max);
+    job->partials[2 * block] = reduce_lanes(lanes_min);
+    job->partials[2 * block + 1] = reduce_lanes(lanes_max);
+}
+
+#define FQ_STACK_BLOCKS 64
+
+fq_status fq_f32_vars_grad(const float *g, const float *x, float *dx, size_t n, float min, float max,
+                           int num_bits, int narrow_range, float *dmin, float *dmax) {
+    fq_status status = check_common(n, num_bits, g, x, dx);
+    if (status != FQ_OK) return status;
+    if (dmin == NULL || dmax == NULL) return FQ_ERR_NULL_POINTER;
+    const fq_fpenv saved = fq_fpenv_enter();
+    if (fq_range_is_zero(min, max)) {
+        if (n > 0) memcpy(dx, g, n * sizeof(float));
+        *dmin = 0.0f;
+        *dmax = 0.0f;
+        fq_fpenv_leave(saved);
+        return FQ_OK;
+    }
+    fq_grid grid;
+    fq_nudge(min, max, num_bits, narrow_range, &grid);
+    const size_t blocks = ceil_div(n, FQ_SUM_BLOCK);
+    double stack_partials[2 * FQ_STACK_BLOCKS];
+    double *partials = stack_partials;
+    if (blocks > FQ_STACK_BLOCKS) {
+        partials = malloc(2 * blocks * sizeof(double));
+        if (partials == NULL) {
+            fq_fpenv_leave(saved);
+            return FQ_ERR_NO_MEMORY;
+        }
+    }
+    sums_job job = {active_kernels(), g, x, dx, n, &grid, partials};
+    fq_parallel_for(fq_runtime_threads_for(n, blocks), blocks, sums_item, &job);
+    double sum_min = 0.0, sum_max = 0.0;
+    for (size_t b = 0; b < blocks; ++b) {
+        sum_min += partials[2 * b];
+        sum_max += partials[2 * b + 1];
+    }
+    *dmin = (float)sum_min;
+    *dmax = (float)sum_max;
+    if (partials != stack_partials) free(partials);
+    fq_fpenv_leave(saved);
+    return FQ_OK;
+}
+
+/* ---- Per-channel ops ---- */
+
+/* The period P: the channel count, or its least common multiple with 16 when that is short, so
+   that a vector loop over positions never straddles a period for small channel counts. */
+static size_t channel_period(size_t channels) {
+    size_t a = channels, b = 16;
+    while (b != 0) {
+        const size_t r = a % b;
+        a = b;
+        b = r;
+    }
+    const size_t padded = channels / a * 16;
+    return padded <= FQ_CHANNEL_MAX_PADDED_PERIOD ? padded : channels;
+}
+
+/* Scratch of one per-channel call: the grid table over a period and which channels are all-zero. */
+typedef struct {
+    fq_grid_table table;
+    float *storage;
+    unsigned char *zero_channel;
+    int any_zero_channel;
+} channel_setup;
+
+static fq_status setup_channels(channel_setup *s, size_t channels, const float *min,
+                                const float *max, int num_bits, int narrow_range) {
+    const size_t period = channel_period(channels);
+    s->storage = malloc(5 * period * sizeof(float) + channels);
+    if (s->storage == NULL) return FQ_ERR_NO_MEMORY;
+    float *nmin = s->storage, *nmax = nmin + period, *scale = nmax + period,
+          *inv = scale + period, *qzero = inv + period;
+    s->zero_channel = (unsigned char *)(qzero + period);
+    s->any_zero_channel = 0;
+    for (size_t c = 0; c < channels; ++c) {
+        fq_grid grid;
+        fq_nudge(min[c], max[c], num_bits, narrow_range, &grid);
+        s->zero_channel[c] = (unsigned char)fq_range_is_zero(min[c], max[c]);
+        s->any_zero_channel |= s->zero_channel[c];
+        for (size_t p = c; p < period; p += channels) {
+            nmin[p] = grid.nudged_min;
+            nmax[p] = grid.nudged_max;
+            scale[p] = grid.scale;
+            inv[p] = grid.inv_scale;
+            qzero[p] = grid.quant_zero;
+        }
+    }
+    s->table = (fq_grid_table){period, nmin, nmax, scale, inv, qzero};
+    return FQ_OK;
+}
+
+/* Work over whole periods, split by rows, or by positions when there are too few rows. */
+typedef struct {
+    const fq_fake_quant_kernels *k;
+    const float *g, *x;
+    float *out;
+    const fq_grid_table *table;
+    size_t rows, row_chunk, col_chunk, col_chunks;
+    double *partials; /* gradient only: [block][2 * period] */
+} channel_job;
+
+static void channel_tile(const channel_job *job, size_t item, size_t *r0, size_t *rows, size_t *p0,
+                         size_t *p1) {
+    const size_t period = job->table->period;
+    const size_t row_item = item / job->col_chunks, col_item = item % job->col_chunks;
+    *r0 = row_item * job->row_chunk;
+    *rows = job->rows - *r0 < job->row_chunk ? job->rows - *r0 : job->row_chunk;
+    *p0 = col_item * job->col_chunk;
+    *p1 = period - *p0 < job->col_chunk ? period : *p0 + job->col_chunk;
+}
+
+static void channel_forward_item(void *context, size_t item) {
+    const channel_job *job = context;
+    size_t r0, rows, p0, p1;
+    channel_tile(job, item, &r0, &rows, &p0, &p1);
+    const size_t offset = r0 * job->table->period;
+    job->k->channel_forward(job->x + offset, job->out + offset, rows, job->table, p0, p1);
+}
+
+static void channel_grad_item(void *context, size_t item) {
+    const channel_job *job = context;
+    size_t r0, rows, p0, p1;
+    channel_tile(job, item, &r0, &rows, &p0, &p1);
+    const size_t offset = r0 * job->table->period, block = item / job->col_chunks;
+    double *acc = job->partials + block * 2 * job->table->period;
+    job->k->channel_mask_sums(job->g + offset, job->x + offset, job->out + offset, rows, job->table,
+                              p0, p1, acc, acc + job->table->period);
+}
+
+/* Splits `rows` whole periods into `row_items` row chunks; when that gives fewer items than
+   threads, the positions of each period are split too (positions never affect the sums' order). */
+static void plan_channel_job(channel_job *job, size_t rows, size_t row_items, int threads) {
+    const size_t period = job->table->period;
+    job->rows = rows;
+    job->row_chunk = row_items > 0 ? ceil_div(rows, row_items) : 1;
+    job->col_chunk = period;
+    job->col_chunks = 1;
+    if (threads > 1 && row_items < (size_t)threads && period >= 2 * FQ_CHUNK_ALIGN) {
+        job->col_chunk = ceil_div(ceil_div(period, (size_t)threads), 16) * 16;
+        job->col_chunks = ceil_div(period, job->col_chunk);
+    }
+}
+
+static fq_status check_channels(size_t n, size_t channels, int num_bits, const void *a,
+                                const void *b, const float *min, const float *max) {
+    fq_status status = check_common(n, num_bits, a, b, b);
+    if (status != FQ_OK) return status;
+    if (channels == 0) return n == 0 ? FQ_OK : FQ_ERR_BAD_SHAPE;
+    if (n % channels != 0) return FQ_ERR_BAD_SHAPE;
+    if (min == NULL || max == NULL) return FQ_ERR_NULL_POINTER;
+    return FQ_OK;
+}
+
+fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t channels,
+                                  const float *min, const float *max, int num_bits,
+                                  int narrow_range) {
+    fq_status status = check_channels(n, channels, num_bits, x, out, min, max);
+    if (status != FQ_OK || n == 0) return status;
+    const fq_fpenv saved = fq_fpenv_enter();
+    channel_setup s;
+    status = setup_channels(&s, channels, min, max, num_bits, narrow_range);
+    if (status == FQ_OK) {
+        const size_t period = s.table.period, rows = n / period, rest = n % period;
+        const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
+        channel_job job = {active_kernels(), NULL, x, out, &s.table, 0, 0, 0, 0, NULL};
+        plan_channel_job(&job, rows, rows < (size_t)threads ? rows : (size_t)threads, threads);
+        if (rows > 0)
+            fq_parallel_for(threads, ceil_div(rows, job.row_chunk) * job.col_chunks,
+                            channel_forward_item, &job);
+        if (rest > 0) job.k->channel_forward(x + rows * period, out + rows * period, 1, &s.table, 0, rest);
+        if (s.any_zero_channel)
+            for (size_t c = 0; c < channels; ++c)
+                if (s.zero_channel[c])
+                    for (size_t i = c; i < n; i += channels) out[i] = 0.0f;
+        free(s.storage);
+    }
+    fq_fpenv_leave(saved);
+    return status;
+}
+
+/* Row blocks of the per-channel sums: a function of the shape only. */
+static size_t channel_sum_blocks(size_t n, size_t period, size_t rows) {
+    if (period >= FQ_CHANNEL_MAX_PADDED_PERIOD || rows <= 1) return 1;
+    size_t blocks = n / FQ_CHANNEL_BLOCK_WORK;
+    if (blocks > FQ_CHANNEL_MAX_BLOCKS) blocks = FQ_CHANNEL_MAX_BLOCKS;
+    if (blocks > rows) blocks = rows;
+    return blocks < 1 ? 1 : blocks;
+}
+
+/* Per-channel sums: row blocks (fixed by the shape) of float64 partials per position, folded per
+   channel in block order, then position order. */
+static fq_status channel_grad(const channel_setup *s, const float *g, const float *x, float *dx,
+                              size_t n, size_t channels, float *dmin, float *dmax) {
+    const size_t period = s->table.period, rows = n / period, rest = n % period;
+    const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
+    channel_job job = {active_kernels(), g, x, dx, &s->table, 0, 0, 0, 0, NULL};
+    plan_channel_job(&job, rows, channel_sum_blocks(n, period, rows), threads);
+    const size_t blocks = rows > 0 ? ceil_div(rows, job.row_chunk) : 1;
+    job.partials = calloc(blocks * 2 * period, sizeof(double));
+    if (job.partials == NULL) return FQ_ERR_NO_MEMORY;
+    if (rows > 0) fq_parallel_for(threads, blocks * job.col_chunks, channel_grad_item, &job);
+    /* The partial last period comes after every whole row, so it joins the last block. */
+    double *last = job.partials + (blocks - 1) * 2 * period;
+    if (rest > 0)
+        job.k->channel_mask_sums(g + rows * period, x + rows * period, dx + rows * period, 1,
+                                 &s->table, 0, rest, last, last + period);
+    for (size_t c = 0; c < channels; ++c) {
+        double sum_min = 0.0, sum_max = 0.0;
+        for (size_t b = 0; b < blocks; ++b) {
+            const double *acc = job.partials + b * 2 * period;
+            for (size_t p = c; p < period; p += channels) {
+                sum_min += acc[p];
+                sum_max += acc[period + p];
+            }
+        }
+        dmin[c] = (float)sum_min;
+        dmax[c] = (float)sum_max;
+        if (s->zero_channel[c]) {
+            dmin[c] = dmax[c] = 0.0f;
+            for (size_t i = c; i < n; i += channels) dx[i] = g[i];
+        }
+    }
+    free(job.partials);
+    return FQ_OK;
+}
+
+fq_status fq_f32_vars_per_channel_grad(const float *g, const float *x, float *dx, size_t n,
+                                       size_t channels, const float *min, const float *max,
+                                       int num_bits, int narrow_range, float *dmin, float *dmax) {
+    fq_status status = check_channels(n, channels, num_bits, g, x, min, max);
+    if (status == FQ_OK && n > 0 && dx == NULL) status = FQ_ERR_NULL_POINTER;
+    if (status == FQ_OK && channels > 0 && (dmin == NULL || dmax == NULL)) status = FQ_ERR_NULL_POINTER;
+    if (status != FQ_OK) return status;
+    if (n == 0) {
+        for (size_t c = 0; c < channels; ++c) dmin[c] = dmax[c] = 0.0f;
+        return FQ_OK;
+    }
+    const fq_fpenv saved = fq_fpenv_enter();
+    channel_setup s;
+    status = setup_channels(&s, channels, min, max, num_bits, narrow_range);
+    if (status == FQ_OK) {
+        status = channel_grad(&s, g, x, dx, n, channels, dmin, dmax);
+        free(s.storage);
+    }
+    fq_fpenv_leave(saved);
+    return status;
+}

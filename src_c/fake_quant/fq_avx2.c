@@ -1,0 +1,183 @@
+/* AVX2 fake-quant kernels (8 lanes); bit-identical to fq_scalar.c, including the sum lane order. */
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "fq_avx2.c must be compiled with -mavx2 -mfma"
+#endif
+#include <immintrin.h>
+
+#include "fq_element.h"
+
+typedef struct {
+    __m256 nudged_min, nudged_max, scale, inv_scale, quant_zero;
+} grid8;
+
+static inline grid8 broadcast(const fq_grid *q) {
+    return (grid8){_mm256_set1_ps(q->nudged_min), _mm256_set1_ps(q->nudged_max),
+                   _mm256_set1_ps(q->scale), _mm256_set1_ps(q->inv_scale),
+                   _mm256_set1_ps(q->quant_zero)};
+}
+
+static inline grid8 load_grid(const fq_grid_table *t, size_t p) {
+    return (grid8){_mm256_loadu_ps(t->nudged_min + p), _mm256_loadu_ps(t->nudged_max + p),
+                   _mm256_loadu_ps(t->scale + p), _mm256_loadu_ps(t->inv_scale + p),
+                   _mm256_loadu_ps(t->quant_zero + p)};
+}
+
+/* minps/maxps return their second operand on NaN: min(nmax, x), max(nmin, c) keep a NaN x. */
+static inline __m256 shifted8(__m256 x, const grid8 *q) {
+    const __m256 c = _mm256_max_ps(q->nudged_min, _mm256_min_ps(q->nudged_max, x));
+    return _mm256_sub_ps(c, q->nudged_min);
+}
+
+static inline __m256 finish8(__m256 scaled, const grid8 *q) {
+    const __m256 t = _mm256_add_ps(_mm256_sub_ps(scaled, q->quant_zero), _mm256_set1_ps(0.5f));
+    return _mm256_mul_ps(_mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), q->scale);
+}
+
+static inline __m256 forward_mul8(__m256 x, const grid8 *q) {
+    return finish8(_mm256_mul_ps(shifted8(x, q), q->inv_scale), q);
+}
+
+static inline __m256 forward_div8(__m256 x, const grid8 *q) {
+    return finish8(_mm256_div_ps(shifted8(x, q), q->scale), q);
+}
+
+static inline __m256 as_one(__m256 mask) { return _mm256_and_ps(mask, _mm256_set1_ps(1.0f)); }
+
+static inline __m256 between8(__m256 x, __m256 nudged_min, __m256 nudged_max) {
+    return _mm256_and_ps(_mm256_cmp_ps(x, nudged_min, _CMP_GE_OQ),
+                         _mm256_cmp_ps(x, nudged_max, _CMP_LE_OQ));
+}
+
+static void forward_mul__avx2(const float *x, float *out, size_t n, const fq_grid *grid) {
+    const grid8 q = broadcast(grid);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, forward_mul8(_mm256_loadu_ps(x + i), &q));
+    for (; i < n; ++i)
+        out[i] = fq_element_mul(x[i], grid->nudged_min, grid->nudged_max, grid->inv_scale,
+                                grid->quant_zero, grid->scale);
+}
+
+static void forward_div__avx2(const float *x, float *out, size_t n, const fq_grid *grid) {
+    const grid8 q = broadcast(grid);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, forward_div8(_mm256_loadu_ps(x + i), &q));
+    for (; i < n; ++i) out[i] = fq_element_div(x[i], grid);
+}
+
+static void mask__avx2(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid) {
+    const __m256 nmin = _mm256_set1_ps(grid->nudged_min), nmax = _mm256_set1_ps(grid->nudged_max);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 keep = as_one(between8(_mm256_loadu_ps(x + i), nmin, nmax));
+        _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(g + i), keep));
+    }
+    for (; i < n; ++i) dx[i] = g[i] * fq_between(x[i], grid->nudged_min, grid->nudged_max);
+}
+
+/* Adds the 8 products of one vector into 8 float64 lanes (two 4-lane accumulators). */
+static inline void add_to_lanes(__m256 products, __m256d *lo, __m256d *hi) {
+    *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(products)));
+    *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(products, 1)));
+}
+
+/* dx for 8 elements; when any lane is outside the grid or has a non-finite g, also the products
+   entering the sums. Lanes inside with finite g contribute +-0, which leaves a float64 sum that
+   started at +0 unchanged, so skipping them keeps the bits of the scalar kernel. */
+static inline void grad8(const float *g, const float *x, float *dx, __m256 nmin, __m256 nmax,
+                         __m256d *min_lo, __m256d *min_hi, __m256d *max_lo, __m256d *max_hi) {
+    const __m256 gv = _mm256_loadu_ps(g), xv = _mm256_loadu_ps(x);
+    const __m256 inside = between8(xv, nmin, nmax);
+    _mm256_storeu_ps(dx, _mm256_mul_ps(gv, as_one(inside)));
+    const __m256 abs_g = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+    const __m256 finite = _mm256_cmp_ps(abs_g, _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
+    if (_mm256_movemask_ps(_mm256_and_ps(inside, finite)) == 0xff) return;
+    add_to_lanes(_mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmin, _CMP_LT_OQ))), min_lo, min_hi);
+    add_to_lanes(_mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmax, _CMP_GT_OQ))), max_lo, max_hi);
+}
+
+static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid,
+                            double lanes_min[FQ_SUM_LANES], double lanes_max[FQ_SUM_LANES]) {
+    const __m256 nmin = _mm256_set1_ps(grid->nudged_min), nmax = _mm256_set1_ps(grid->nudged_max);
+    __m256d mn[4], mx[4];
+    for (int j = 0; j < 4; ++j) {
+        mn[j] = _mm256_loadu_pd(lanes_min + 4 * j);
+        mx[j] = _mm256_loadu_pd(lanes_max + 4 * j);
+    }
+    size_t i = 0;
+    for (; i + FQ_SUM_LANES <= n; i += FQ_SUM_LANES) {
+        grad8(g + i, x + i, dx + i, nmin, nmax, &mn[0], &mn[1], &mx[0], &mx[1]);
+        grad8(g + i + 8, x + i + 8, dx + i + 8, nmin, nmax, &mn[2], &mn[3], &mx[2], &mx[3]);
+    }
+    for (int j = 0; j < 4; ++j) {
+        _mm256_storeu_pd(lanes_min + 4 * j, mn[j]);
+        _mm256_storeu_pd(lanes_max + 4 * j, mx[j]);
+    }
+    for (; i < n; ++i) {
+        float to_min, to_max;
+        dx[i] = fq_element_grad(g[i], x[i], grid->nudged_min, grid->nudged_max, &to_min, &to_max);
+        lanes_min[i % FQ_SUM_LANES] += (double)to_min;
+        lanes_max[i % FQ_SUM_LANES] += (double)to_max;
+    }
+}
+
+/* Per-channel kernels walk FQ_ROW_BLOCK rows at a time, positions inside: each row stays a
+   sequential stream, and a position's grid (and sums) are loaded once per block of rows. */
+#define FQ_ROW_BLOCK 8
+
+static void channel_forward__avx2(const float *x, float *out, size_t rows, const fq_grid_table *t,
+                                  size_t p0, size_t p1) {
+    for (size_t r0 = 0; r0 < rows; r0 += FQ_ROW_BLOCK) {
+        const size_t r1 = rows - r0 < FQ_ROW_BLOCK ? rows : r0 + FQ_ROW_BLOCK;
+        size_t p = p0;
+        for (; p + 8 <= p1; p += 8) {
+            const grid8 q = load_grid(t, p);
+            for (size_t r = r0; r < r1; ++r) {
+                const size_t i = r * t->period + p;
+                _mm256_storeu_ps(out + i, forward_mul8(_mm256_loadu_ps(x + i), &q));
+            }
+        }
+        for (; p < p1; ++p)
+            for (size_t r = r0; r < r1; ++r) {
+                const size_t i = r * t->period + p;
+                out[i] = fq_element_mul(x[i], t->nudged_min[p], t->nudged_max[p], t->inv_scale[p],
+                                        t->quant_zero[p], t->scale[p]);
+            }
+    }
+}
+
+static void channel_mask_sums__avx2(const float *g, const float *x, float *dx, size_t rows,
+                                    const fq_grid_table *t, size_t p0, size_t p1, double *acc_min,
+                                    double *acc_max) {
+    for (size_t r0 = 0; r0 < rows; r0 += FQ_ROW_BLOCK) {
+        const size_t r1 = rows - r0 < FQ_ROW_BLOCK ? rows : r0 + FQ_ROW_BLOCK;
+        size_t p = p0;
+        for (; p + 8 <= p1; p += 8) {
+            const __m256 nmin = _mm256_loadu_ps(t->nudged_min + p);
+            const __m256 nmax = _mm256_loadu_ps(t->nudged_max + p);
+            __m256d min_lo = _mm256_loadu_pd(acc_min + p), min_hi = _mm256_loadu_pd(acc_min + p + 4);
+            __m256d max_lo = _mm256_loadu_pd(acc_max + p), max_hi = _mm256_loadu_pd(acc_max + p + 4);
+            for (size_t r = r0; r < r1; ++r) {
+                const size_t i = r * t->period + p;
+                grad8(g + i, x + i, dx + i, nmin, nmax, &min_lo, &min_hi, &max_lo, &max_hi);
+            }
+            _mm256_storeu_pd(acc_min + p, min_lo);
+            _mm256_storeu_pd(acc_min + p + 4, min_hi);
+            _mm256_storeu_pd(acc_max + p, max_lo);
+            _mm256_storeu_pd(acc_max + p + 4, max_hi);
+        }
+        for (; p < p1; ++p)
+            for (size_t r = r0; r < r1; ++r) {
+                const size_t i = r * t->period + p;
+                float to_min, to_max;
+                dx[i] = fq_element_grad(g[i], x[i], t->nudged_min[p], t->nudged_max[p], &to_min,
+                                        &to_max);
+                acc_min[p] += (double)to_min;
+                acc_max[p] += (double)to_max;
+            }
+    }
+}
+
+const fq_fake_quant_kernels fq_fake_quant__avx2 = {
+    forward_mul__avx2,     forward_div__avx2,     mask__avx2,
+    mask_sums__avx2,       channel_forward__avx2, channel_mask_sums__avx2,
+};

@@ -1,0 +1,65 @@
+/* Fake-quant kernel interface shared by the per-ISA files and the public entry points. */
+#ifndef FQ_KERNELS_H
+#define FQ_KERNELS_H
+
+#include <stddef.h>
+
+/* The per-tensor quantization grid after TF's nudge (all float32, rounded as the spec says). */
+typedef struct {
+    float nudged_min;
+    float nudged_max;
+    float scale;
+    float inv_scale;  /* its own division (qmax - qmin) / (max - min), not 1 / scale */
+    float quant_zero; /* floorf(-nudged_min * inv_scale + 0.5f) */
+} fq_grid;
+
+/* The gradient sums run in FQ_SUM_LANES float64 lanes: element i of a block adds into lane
+   i % FQ_SUM_LANES, in element order. Every ISA keeps exactly this lane order, so the sums are
+   bit-identical across ISAs; blocks of FQ_SUM_BLOCK elements are combined in index order, so they
+   do not depend on the thread count either. */
+#define FQ_SUM_LANES 16
+#define FQ_SUM_BLOCK ((size_t)16384)
+
+/* Per-channel grids laid out over one period of P positions (P a multiple of the channel count,
+   padded so that short channel counts still fill whole vectors): position p holds channel p % C. */
+typedef struct {
+    size_t period;
+    const float *nudged_min, *nudged_max, *scale, *inv_scale, *quant_zero;
+} fq_grid_table;
+
+/* One ISA's kernels. Inputs are valid (checked by the entry points) and the caller has already
+   switched the thread to flush-to-zero. `rows` counts whole periods; a kernel touches positions
+   [p0, p1) of each period, so callers can split work by rows or by positions. */
+typedef struct {
+    /* Args forward: floorf((c - nmin) * inv_scale - quant_zero + 0.5f) * scale. */
+    void (*forward_mul)(const float *x, float *out, size_t n, const fq_grid *grid);
+    /* Vars forward: the same with (c - nmin) / scale. */
+    void (*forward_div)(const float *x, float *out, size_t n, const fq_grid *grid);
+    /* dx = g * (nmin <= x <= nmax). */
+    void (*mask)(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid);
+    /* The mask plus both sums, added into lanes_min / lanes_max; n <= FQ_SUM_BLOCK. */
+    void (*mask_sums)(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid,
+                      double lanes_min[FQ_SUM_LANES], double lanes_max[FQ_SUM_LANES]);
+    /* Per-channel forward (multiplying) over `rows` periods. */
+    void (*channel_forward)(const float *x, float *out, size_t rows, const fq_grid_table *table,
+                            size_t p0, size_t p1);
+    /* Per-channel mask and sums; position p's sums are added, row by row, into acc_min[p],
+       acc_max[p]. */
+    void (*channel_mask_sums)(const float *g, const float *x, float *dx, size_t rows,
+                              const fq_grid_table *table, size_t p0, size_t p1, double *acc_min,
+                              double *acc_max);
+} fq_fake_quant_kernels;
+
+extern const fq_fake_quant_kernels fq_fake_quant__scalar;
+extern const fq_fake_quant_kernels fq_fake_quant__avx2;
+extern const fq_fake_quant_kernels fq_fake_quant__avx512;
+extern const fq_fake_quant_kernels fq_fake_quant__neon;
+
+/* TF's Nudge for one range; quant_min/quant_max from num_bits and narrow_range. */
+void fq_nudge(float min, float max, int num_bits, int narrow_range, fq_grid *grid);
+/* 1 when min == max == 0 after flushing denormals: TF's "all zeros" short cut. */
+int fq_range_is_zero(float min, float max);
+/* 1 when min < max after flushing denormals (false for NaN). */
+int fq_range_is_ordered(float min, float max);
+
+#endif

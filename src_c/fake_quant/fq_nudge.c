@@ -1,0 +1,30 @@
+/* TF's Nudge: the quantization grid of one range (shared by every ISA; runs under flush-to-zero). */
+#include <math.h>
+
+#include "fq_kernels.h"
+
+/* Kept out of line in its own file: the caller switches MXCSR/FPCR first, and the compiler must
+   not move this arithmetic across that switch. */
+void fq_nudge(float min, float max, int num_bits, int narrow_range, fq_grid *grid) {
+    const float quant_min = narrow_range ? 1.0f : 0.0f;
+    const float quant_max = (float)((1 << num_bits) - 1);
+    const float scale = (max - min) / (quant_max - quant_min);
+    const float inv_scale = (quant_max - quant_min) / (max - min);
+    const float zero_point_from_min = quant_min - min / scale;
+    float zero_point;
+    if (zero_point_from_min < quant_min)
+        zero_point = quant_min;
+    else if (zero_point_from_min > quant_max)
+        zero_point = quant_max;
+    else
+        zero_point = roundf(zero_point_from_min); /* half away from zero, as std::round */
+    grid->nudged_min = (quant_min - zero_point) * scale;
+    grid->nudged_max = (quant_max - zero_point) * scale;
+    grid->scale = scale;
+    grid->inv_scale = inv_scale;
+    grid->quant_zero = floorf(-grid->nudged_min * inv_scale + 0.5f);
+}
+
+int fq_range_is_zero(float min, float max) { return min == 0.0f && max == 0.0f; }
+
+int fq_range_is_ordered(float min, float max) { return min < max; }

@@ -1,0 +1,58 @@
+/* Scalar fake-quant kernels: the executable spec every SIMD path must equal bit for bit. */
+#include "fq_element.h"
+
+static void forward_mul__scalar(const float *x, float *out, size_t n, const fq_grid *grid) {
+    for (size_t i = 0; i < n; ++i)
+        out[i] = fq_element_mul(x[i], grid->nudged_min, grid->nudged_max, grid->inv_scale,
+                                grid->quant_zero, grid->scale);
+}
+
+static void forward_div__scalar(const float *x, float *out, size_t n, const fq_grid *grid) {
+    for (size_t i = 0; i < n; ++i) out[i] = fq_element_div(x[i], grid);
+}
+
+static void mask__scalar(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid) {
+    for (size_t i = 0; i < n; ++i) dx[i] = g[i] * fq_between(x[i], grid->nudged_min, grid->nudged_max);
+}
+
+static void mask_sums__scalar(const float *g, const float *x, float *dx, size_t n,
+                              const fq_grid *grid, double lanes_min[FQ_SUM_LANES],
+                              double lanes_max[FQ_SUM_LANES]) {
+    for (size_t i = 0; i < n; ++i) {
+        float to_min, to_max;
+        dx[i] = fq_element_grad(g[i], x[i], grid->nudged_min, grid->nudged_max, &to_min, &to_max);
+        lanes_min[i % FQ_SUM_LANES] += (double)to_min;
+        lanes_max[i % FQ_SUM_LANES] += (double)to_max;
+    }
+}
+
+static void channel_forward__scalar(const float *x, float *out, size_t rows,
+                                    const fq_grid_table *t, size_t p0, size_t p1) {
+    for (size_t r = 0; r < rows; ++r) {
+        const float *xr = x + r * t->period;
+        float *outr = out + r * t->period;
+        for (size_t p = p0; p < p1; ++p)
+            outr[p] = fq_element_mul(xr[p], t->nudged_min[p], t->nudged_max[p], t->inv_scale[p],
+                                     t->quant_zero[p], t->scale[p]);
+    }
+}
+
+static void channel_mask_sums__scalar(const float *g, const float *x, float *dx, size_t rows,
+                                      const fq_grid_table *t, size_t p0, size_t p1,
+                                      double *acc_min, double *acc_max) {
+    for (size_t r = 0; r < rows; ++r) {
+        const size_t base = r * t->period;
+        for (size_t p = p0; p < p1; ++p) {
+            float to_min, to_max;
+            dx[base + p] = fq_element_grad(g[base + p], x[base + p], t->nudged_min[p],
+                                           t->nudged_max[p], &to_min, &to_max);
+            acc_min[p] += (double)to_min;
+            acc_max[p] += (double)to_max;
+        }
+    }
+}
+
+const fq_fake_quant_kernels fq_fake_quant__scalar = {
+    forward_mul__scalar,     forward_div__scalar,     mask__scalar,
+    mask_sums__scalar,       channel_forward__scalar, channel_mask_sums__scalar,
+};
