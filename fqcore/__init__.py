@@ -1,1 +1,21 @@
-# fqcore: TF-exact fake quantization on the CPU
+"""fqcore: TensorFlow-exact fake quantization for quantization-aware training on the CPU."""
+from . import _runtime
+from ._runtime import (available_isas, compiled_isas, get_isa, get_num_threads, set_isa,
+                       set_num_threads, show_config)
+from .ops import (FakeQuantWithMinMaxVarsGradient, FakeQuantWithMinMaxVarsPerChannelGradient,
+                  fake_quant_with_min_max_args, fake_quant_with_min_max_args_gradient,
+                  fake_quant_with_min_max_vars, fake_quant_with_min_max_vars_gradient,
+                  fake_quant_with_min_max_vars_per_channel,
+                  fake_quant_with_min_max_vars_per_channel_gradient)
+
+_runtime._init_from_environment()
+
+__version__ = _runtime.config()["version"]
+
+__all__ = [
+    "available_isas", "compiled_isas", "get_isa", "set_isa", "get_num_threads", "set_num_threads",
+    "show_config", "FakeQuantWithMinMaxVarsGradient", "FakeQuantWithMinMaxVarsPerChannelGradient",
+    "fake_quant_with_min_max_args", "fake_quant_with_min_max_args_gradient",
+    "fake_quant_with_min_max_vars", "fake_quant_with_min_max_vars_gradient",
+    "fake_quant_with_min_max_vars_per_channel", "fake_quant_with_min_max_vars_per_channel_gradient",
+]

@@ -71,28 +71,32 @@ static void mask__avx2(const float *g, const float *x, float *dx, size_t n, cons
         const __m256 keep = as_one(between8(_mm256_loadu_ps(x + i), nmin, nmax));
         _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(g + i), keep));
     }
-    for (; i < n; ++i) dx[i] = g[i] * fq_between(x[i], grid->nudged_min, grid->nudged_max);
+    for (; i < n; ++i) dx[i] = fq_element_mask(g[i], x[i], grid->nudged_min, grid->nudged_max);
 }
 
-/* Adds the 8 products of one vector into 8 float64 lanes (two 4-lane accumulators). */
-static inline void add_to_lanes(__m256 products, __m256d *lo, __m256d *hi) {
-    *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(products)));
-    *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(products, 1)));
+/* Adds 8 float32 runs into 8 float64 lanes (two 4-lane accumulators). */
+static inline void add_to_lanes(__m256 runs, __m256d *lo, __m256d *hi) {
+    *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(runs)));
+    *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(runs, 1)));
 }
 
-/* dx for 8 elements; when any lane is outside the grid or has a non-finite g, also the products
-   entering the sums. Lanes inside with finite g contribute +-0, which leaves a float64 sum that
-   started at +0 unchanged, so skipping them keeps the bits of the scalar kernel. */
-static inline void grad8(const float *g, const float *x, float *dx, __m256 nmin, __m256 nmax,
-                         __m256d *min_lo, __m256d *min_hi, __m256d *max_lo, __m256d *max_hi) {
-    const __m256 gv = _mm256_loadu_ps(g), xv = _mm256_loadu_ps(x);
-    const __m256 inside = between8(xv, nmin, nmax);
+/* dx of 8 elements; returns a lane mask (movemask bits) of lanes whose sum products may be
+   non-zero: outside the grid, or a g that is not finite (inside with finite g, they are +-0). */
+static inline int dx8(const float *g, const float *x, float *dx, __m256 nmin, __m256 nmax) {
+    const __m256 gv = _mm256_loadu_ps(g);
+    const __m256 inside = between8(_mm256_loadu_ps(x), nmin, nmax);
     _mm256_storeu_ps(dx, _mm256_mul_ps(gv, as_one(inside)));
     const __m256 abs_g = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
     const __m256 finite = _mm256_cmp_ps(abs_g, _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
-    if (_mm256_movemask_ps(_mm256_and_ps(inside, finite)) == 0xff) return;
-    add_to_lanes(_mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmin, _CMP_LT_OQ))), min_lo, min_hi);
-    add_to_lanes(_mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmax, _CMP_GT_OQ))), max_lo, max_hi);
+    return _mm256_movemask_ps(_mm256_and_ps(inside, finite)) ^ 0xff;
+}
+
+/* Adds the 8 products g * (x < nmin) and g * (x > nmax) into float32 runs. */
+static inline void products8(const float *g, const float *x, __m256 nmin, __m256 nmax,
+                             __m256 *run_min, __m256 *run_max) {
+    const __m256 gv = _mm256_loadu_ps(g), xv = _mm256_loadu_ps(x);
+    *run_min = _mm256_add_ps(*run_min, _mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmin, _CMP_LT_OQ))));
+    *run_max = _mm256_add_ps(*run_max, _mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmax, _CMP_GT_OQ))));
 }
 
 static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid,
@@ -104,25 +108,41 @@ static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n,
         mx[j] = _mm256_loadu_pd(lanes_max + 4 * j);
     }
     size_t i = 0;
-    for (; i + FQ_SUM_LANES <= n; i += FQ_SUM_LANES) {
-        grad8(g + i, x + i, dx + i, nmin, nmax, &mn[0], &mn[1], &mx[0], &mx[1]);
-        grad8(g + i + 8, x + i + 8, dx + i + 8, nmin, nmax, &mn[2], &mn[3], &mx[2], &mx[3]);
+    for (; i + FQ_SUM_RUN_ELEMENTS <= n; i += FQ_SUM_RUN_ELEMENTS) {
+        int needed = 0;
+        for (int k = 0; k < 2 * FQ_SUM_RUN; ++k)
+            needed |= dx8(g + i + 8 * k, x + i + 8 * k, dx + i + 8 * k, nmin, nmax);
+        if (needed == 0) continue;
+        /* Lanes 0-7 come from the even vectors of the run, lanes 8-15 from the odd ones. */
+        __m256 run_min[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m256 run_max[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int k = 0; k < 2 * FQ_SUM_RUN; ++k)
+            products8(g + i + 8 * k, x + i + 8 * k, nmin, nmax, &run_min[k & 1], &run_max[k & 1]);
+        for (int h = 0; h < 2; ++h) {
+            add_to_lanes(run_min[h], &mn[2 * h], &mn[2 * h + 1]);
+            add_to_lanes(run_max[h], &mx[2 * h], &mx[2 * h + 1]);
+        }
     }
     for (int j = 0; j < 4; ++j) {
         _mm256_storeu_pd(lanes_min + 4 * j, mn[j]);
         _mm256_storeu_pd(lanes_max + 4 * j, mx[j]);
     }
+    if (i == n) return;
+    /* The last, partial run, element by element. */
+    float run_min[FQ_SUM_LANES] = {0}, run_max[FQ_SUM_LANES] = {0};
     for (; i < n; ++i) {
         float to_min, to_max;
         dx[i] = fq_element_grad(g[i], x[i], grid->nudged_min, grid->nudged_max, &to_min, &to_max);
-        lanes_min[i % FQ_SUM_LANES] += (double)to_min;
-        lanes_max[i % FQ_SUM_LANES] += (double)to_max;
+        run_min[i % FQ_SUM_LANES] += to_min;
+        run_max[i % FQ_SUM_LANES] += to_max;
     }
+    fq_flush_runs(run_min, run_max, lanes_min, lanes_max);
 }
 
 /* Per-channel kernels walk FQ_ROW_BLOCK rows at a time, positions inside: each row stays a
-   sequential stream, and a position's grid (and sums) are loaded once per block of rows. */
-#define FQ_ROW_BLOCK 8
+   sequential stream, and a position's grid (and sums) are loaded once per block of rows. A whole
+   number of sum runs, so that runs start where the scalar kernel starts them. */
+#define FQ_ROW_BLOCK (2 * FQ_SUM_RUN)
 
 static void channel_forward__avx2(const float *x, float *out, size_t rows, const fq_grid_table *t,
                                   size_t p0, size_t p1) {
@@ -148,6 +168,7 @@ static void channel_forward__avx2(const float *x, float *out, size_t rows, const
 static void channel_mask_sums__avx2(const float *g, const float *x, float *dx, size_t rows,
                                     const fq_grid_table *t, size_t p0, size_t p1, double *acc_min,
                                     double *acc_max) {
+    const size_t period = t->period;
     for (size_t r0 = 0; r0 < rows; r0 += FQ_ROW_BLOCK) {
         const size_t r1 = rows - r0 < FQ_ROW_BLOCK ? rows : r0 + FQ_ROW_BLOCK;
         size_t p = p0;
@@ -156,9 +177,17 @@ static void channel_mask_sums__avx2(const float *g, const float *x, float *dx, s
             const __m256 nmax = _mm256_loadu_ps(t->nudged_max + p);
             __m256d min_lo = _mm256_loadu_pd(acc_min + p), min_hi = _mm256_loadu_pd(acc_min + p + 4);
             __m256d max_lo = _mm256_loadu_pd(acc_max + p), max_hi = _mm256_loadu_pd(acc_max + p + 4);
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                grad8(g + i, x + i, dx + i, nmin, nmax, &min_lo, &min_hi, &max_lo, &max_hi);
+            for (size_t run = r0; run < r1; run += FQ_SUM_RUN) {
+                const size_t run_end = r1 - run < FQ_SUM_RUN ? r1 : run + FQ_SUM_RUN;
+                int needed = 0;
+                for (size_t r = run; r < run_end; ++r)
+                    needed |= dx8(g + r * period + p, x + r * period + p, dx + r * period + p, nmin, nmax);
+                if (needed == 0) continue;
+                __m256 run_min = _mm256_setzero_ps(), run_max = _mm256_setzero_ps();
+                for (size_t r = run; r < run_end; ++r)
+                    products8(g + r * period + p, x + r * period + p, nmin, nmax, &run_min, &run_max);
+                add_to_lanes(run_min, &min_lo, &min_hi);
+                add_to_lanes(run_max, &max_lo, &max_hi);
             }
             _mm256_storeu_pd(acc_min + p, min_lo);
             _mm256_storeu_pd(acc_min + p + 4, min_hi);
@@ -166,14 +195,9 @@ static void channel_mask_sums__avx2(const float *g, const float *x, float *dx, s
             _mm256_storeu_pd(acc_max + p + 4, max_hi);
         }
         for (; p < p1; ++p)
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                float to_min, to_max;
-                dx[i] = fq_element_grad(g[i], x[i], t->nudged_min[p], t->nudged_max[p], &to_min,
-                                        &to_max);
-                acc_min[p] += (double)to_min;
-                acc_max[p] += (double)to_max;
-            }
+            for (size_t run = r0; run < r1; run += FQ_SUM_RUN)
+                fq_channel_run(g, x, dx, t, p, run, r1 - run < FQ_SUM_RUN ? r1 : run + FQ_SUM_RUN,
+                               acc_min, acc_max);
     }
 }
 

@@ -81,51 +81,108 @@ static void mask__avx512(const float *g, const float *x, float *dx, size_t n, co
     }
 }
 
-static inline void add_to_lanes(__m512 products, __m512d *lo, __m512d *hi) {
-    *lo = _mm512_add_pd(*lo, _mm512_cvtps_pd(_mm512_castps512_ps256(products)));
-    *hi = _mm512_add_pd(*hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(products, 1)));
+static inline void add_to_lanes(__m512 runs, __m512d *lo, __m512d *hi) {
+    *lo = _mm512_add_pd(*lo, _mm512_cvtps_pd(_mm512_castps512_ps256(runs)));
+    *hi = _mm512_add_pd(*hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(runs, 1)));
+}
+
+/* acc holds lanes 0-7 and 8-15 of the min sums, then of the max sums. */
+static inline void store_lanes(const __m512d acc[4], double *lanes_min, double *lanes_max) {
+    _mm512_storeu_pd(lanes_min, acc[0]);
+    _mm512_storeu_pd(lanes_min + 8, acc[1]);
+    _mm512_storeu_pd(lanes_max, acc[2]);
+    _mm512_storeu_pd(lanes_max + 8, acc[3]);
 }
 
 /* QNaN | +inf | -inf | SNaN for vfpclassps. */
 #define FQ_NOT_FINITE 0x99
 
-/* dx for 16 elements; the sum products only when a lane is outside the grid or g is not finite
-   (lanes inside with finite g add +-0, which leaves the float64 sums' bits unchanged). */
-static inline void grad16(const float *g, const float *x, float *dx, __m512 nmin, __m512 nmax,
-                          __m512d *min_lo, __m512d *min_hi, __m512d *max_lo, __m512d *max_hi) {
+/* One run's worth of dx over 16 lanes, with the run's float32 sums taken as masked adds: where g
+   is finite, g * (x < nmin) is g or +-0, and +-0 leaves a run (which starts at +0) unchanged. */
+typedef struct {
+    __m512 run_min, run_max;
+    __mmask16 outside, not_finite;
+} run16;
+
+static inline void step16(const float *g, const float *x, float *dx, __m512 nmin, __m512 nmax,
+                          run16 *run) {
     const __m512 gv = _mm512_loadu_ps(g), xv = _mm512_loadu_ps(x);
-    const __mmask16 inside = between16(xv, nmin, nmax);
-    _mm512_storeu_ps(dx, _mm512_mul_ps(gv, as_one(inside)));
-    const __mmask16 not_finite = _mm512_fpclass_ps_mask(gv, FQ_NOT_FINITE);
-    if (inside == 0xffff && not_finite == 0) return;
-    add_to_lanes(_mm512_mul_ps(gv, as_one(_mm512_cmp_ps_mask(xv, nmin, _CMP_LT_OQ))), min_lo, min_hi);
-    add_to_lanes(_mm512_mul_ps(gv, as_one(_mm512_cmp_ps_mask(xv, nmax, _CMP_GT_OQ))), max_lo, max_hi);
+    _mm512_storeu_ps(dx, _mm512_mul_ps(gv, as_one(between16(xv, nmin, nmax))));
+    const __mmask16 below = _mm512_cmp_ps_mask(xv, nmin, _CMP_LT_OQ);
+    const __mmask16 above = _mm512_cmp_ps_mask(xv, nmax, _CMP_GT_OQ);
+    run->run_min = _mm512_mask_add_ps(run->run_min, below, run->run_min, gv);
+    run->run_max = _mm512_mask_add_ps(run->run_max, above, run->run_max, gv);
+    run->outside |= below | above;
+    run->not_finite |= _mm512_fpclass_ps_mask(gv, FQ_NOT_FINITE);
+}
+
+/* The exact products g * (x < nmin), g * (x > nmax) of 16 elements added into float32 runs; for
+   runs holding a non-finite g, whose NaN products must reach the sums. */
+static inline void products16(const float *g, const float *x, __m512 nmin, __m512 nmax, run16 *run) {
+    const __m512 gv = _mm512_loadu_ps(g), xv = _mm512_loadu_ps(x);
+    run->run_min = _mm512_add_ps(run->run_min, _mm512_mul_ps(gv, as_one(_mm512_cmp_ps_mask(xv, nmin, _CMP_LT_OQ))));
+    run->run_max = _mm512_add_ps(run->run_max, _mm512_mul_ps(gv, as_one(_mm512_cmp_ps_mask(xv, nmax, _CMP_GT_OQ))));
+}
+
+static inline run16 empty_run(void) {
+    return (run16){_mm512_setzero_ps(), _mm512_setzero_ps(), 0, 0};
+}
+
+/* Runs over `count` vectors spaced `stride` floats apart: dx always, the sums added into the
+   float64 lanes unless every product was +-0. */
+static inline void run_of_vectors(const float *g, const float *x, float *dx, size_t count,
+                                  size_t stride, __m512 nmin, __m512 nmax, __m512d acc[4]) {
+    run16 run = empty_run();
+    for (size_t k = 0; k < count; ++k)
+        step16(g + k * stride, x + k * stride, dx + k * stride, nmin, nmax, &run);
+    if (run.not_finite) {
+        run = empty_run();
+        for (size_t k = 0; k < count; ++k)
+            products16(g + k * stride, x + k * stride, nmin, nmax, &run);
+    } else if (run.outside == 0) {
+        return;
+    }
+    add_to_lanes(run.run_min, &acc[0], &acc[1]);
+    add_to_lanes(run.run_max, &acc[2], &acc[3]);
 }
 
 static void mask_sums__avx512(const float *g, const float *x, float *dx, size_t n,
                               const fq_grid *grid, double lanes_min[FQ_SUM_LANES],
                               double lanes_max[FQ_SUM_LANES]) {
     const __m512 nmin = _mm512_set1_ps(grid->nudged_min), nmax = _mm512_set1_ps(grid->nudged_max);
-    __m512d min_lo = _mm512_loadu_pd(lanes_min), min_hi = _mm512_loadu_pd(lanes_min + 8);
-    __m512d max_lo = _mm512_loadu_pd(lanes_max), max_hi = _mm512_loadu_pd(lanes_max + 8);
+    __m512d acc[4] = {_mm512_loadu_pd(lanes_min), _mm512_loadu_pd(lanes_min + 8),
+                      _mm512_loadu_pd(lanes_max), _mm512_loadu_pd(lanes_max + 8)};
     size_t i = 0;
-    for (; i + FQ_SUM_LANES <= n; i += FQ_SUM_LANES)
-        grad16(g + i, x + i, dx + i, nmin, nmax, &min_lo, &min_hi, &max_lo, &max_hi);
-    _mm512_storeu_pd(lanes_min, min_lo);
-    _mm512_storeu_pd(lanes_min + 8, min_hi);
-    _mm512_storeu_pd(lanes_max, max_lo);
-    _mm512_storeu_pd(lanes_max + 8, max_hi);
-    for (; i < n; ++i) {
+    for (; i + FQ_SUM_RUN_ELEMENTS <= n; i += FQ_SUM_RUN_ELEMENTS)
+        run_of_vectors(g + i, x + i, dx + i, FQ_SUM_RUN, 16, nmin, nmax, acc);
+    store_lanes(acc, lanes_min, lanes_max);
+    if (i == n) return;
+    /* The last, partial run: its whole vectors, then its elements, all in one run. */
+    const size_t vectors = (n - i) / 16;
+    run16 run = empty_run();
+    for (size_t k = 0; k < vectors; ++k)
+        step16(g + i + 16 * k, x + i + 16 * k, dx + i + 16 * k, nmin, nmax, &run);
+    if (run.not_finite) {
+        run = empty_run();
+        for (size_t k = 0; k < vectors; ++k)
+            products16(g + i + 16 * k, x + i + 16 * k, nmin, nmax, &run);
+    }
+    float run_min[FQ_SUM_LANES], run_max[FQ_SUM_LANES];
+    _mm512_storeu_ps(run_min, run.run_min);
+    _mm512_storeu_ps(run_max, run.run_max);
+    for (i += 16 * vectors; i < n; ++i) {
         float to_min, to_max;
         dx[i] = fq_element_grad(g[i], x[i], grid->nudged_min, grid->nudged_max, &to_min, &to_max);
-        lanes_min[i % FQ_SUM_LANES] += (double)to_min;
-        lanes_max[i % FQ_SUM_LANES] += (double)to_max;
+        run_min[i % FQ_SUM_LANES] += to_min;
+        run_max[i % FQ_SUM_LANES] += to_max;
     }
+    fq_flush_runs(run_min, run_max, lanes_min, lanes_max);
 }
 
 /* Per-channel kernels walk FQ_ROW_BLOCK rows at a time, positions inside: each row stays a
-   sequential stream, and a position's grid (and sums) are loaded once per block of rows. */
-#define FQ_ROW_BLOCK 8
+   sequential stream, and a position's grid (and sums) are loaded once per block of rows. A whole
+   number of sum runs, so that runs start where the scalar kernel starts them. */
+#define FQ_ROW_BLOCK (2 * FQ_SUM_RUN)
 
 static void channel_forward__avx512(const float *x, float *out, size_t rows, const fq_grid_table *t,
                                     size_t p0, size_t p1) {
@@ -151,32 +208,26 @@ static void channel_forward__avx512(const float *x, float *out, size_t rows, con
 static void channel_mask_sums__avx512(const float *g, const float *x, float *dx, size_t rows,
                                       const fq_grid_table *t, size_t p0, size_t p1,
                                       double *acc_min, double *acc_max) {
+    const size_t period = t->period;
     for (size_t r0 = 0; r0 < rows; r0 += FQ_ROW_BLOCK) {
         const size_t r1 = rows - r0 < FQ_ROW_BLOCK ? rows : r0 + FQ_ROW_BLOCK;
         size_t p = p0;
         for (; p + 16 <= p1; p += 16) {
             const __m512 nmin = _mm512_loadu_ps(t->nudged_min + p);
             const __m512 nmax = _mm512_loadu_ps(t->nudged_max + p);
-            __m512d min_lo = _mm512_loadu_pd(acc_min + p), min_hi = _mm512_loadu_pd(acc_min + p + 8);
-            __m512d max_lo = _mm512_loadu_pd(acc_max + p), max_hi = _mm512_loadu_pd(acc_max + p + 8);
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                grad16(g + i, x + i, dx + i, nmin, nmax, &min_lo, &min_hi, &max_lo, &max_hi);
+            __m512d acc[4] = {_mm512_loadu_pd(acc_min + p), _mm512_loadu_pd(acc_min + p + 8),
+                              _mm512_loadu_pd(acc_max + p), _mm512_loadu_pd(acc_max + p + 8)};
+            for (size_t run = r0; run < r1; run += FQ_SUM_RUN) {
+                const size_t count = r1 - run < FQ_SUM_RUN ? r1 - run : FQ_SUM_RUN;
+                const size_t i = run * period + p;
+                run_of_vectors(g + i, x + i, dx + i, count, period, nmin, nmax, acc);
             }
-            _mm512_storeu_pd(acc_min + p, min_lo);
-            _mm512_storeu_pd(acc_min + p + 8, min_hi);
-            _mm512_storeu_pd(acc_max + p, max_lo);
-            _mm512_storeu_pd(acc_max + p + 8, max_hi);
+            store_lanes(acc, acc_min + p, acc_max + p);
         }
         for (; p < p1; ++p)
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                float to_min, to_max;
-                dx[i] = fq_element_grad(g[i], x[i], t->nudged_min[p], t->nudged_max[p], &to_min,
-                                        &to_max);
-                acc_min[p] += (double)to_min;
-                acc_max[p] += (double)to_max;
-            }
+            for (size_t run = r0; run < r1; run += FQ_SUM_RUN)
+                fq_channel_run(g, x, dx, t, p, run, r1 - run < FQ_SUM_RUN ? r1 : run + FQ_SUM_RUN,
+                               acc_min, acc_max);
     }
 }
 

@@ -2,6 +2,7 @@
 #ifndef FQ_ELEMENT_H
 #define FQ_ELEMENT_H
 
+#include <float.h>
 #include <math.h>
 
 #include "fq_kernels.h"
@@ -24,18 +25,53 @@ static inline float fq_element_div(float x, const fq_grid *grid) {
     return floorf(shifted / grid->scale - grid->quant_zero + 0.5f) * grid->scale;
 }
 
+/* g as a multiply under denormals-are-zero sees it. Compilers fold g * 1.0f to g, which would keep a
+   denormal g that the hardware multiply (TF's, and every SIMD path's) flushes to zero. */
+static inline float fq_daz(float g) { return fabsf(g) < FLT_MIN ? copysignf(0.0f, g) : g; }
+
 /* 1.0f inside [nmin, nmax] (inclusive), 0.0f outside or for NaN. */
 static inline float fq_between(float x, float nudged_min, float nudged_max) {
     return (x >= nudged_min && x <= nudged_max) ? 1.0f : 0.0f;
+}
+
+/* Gradient of one element, without the sums (the Args gradient). */
+static inline float fq_element_mask(float g, float x, float nudged_min, float nudged_max) {
+    return fq_daz(g) * fq_between(x, nudged_min, nudged_max);
 }
 
 /* Gradient of one element: dx, and the products that enter the min and max sums (NaN or inf g
    enters both sums even where masked, since TF multiplies by the 0/1 mask). */
 static inline float fq_element_grad(float g, float x, float nudged_min, float nudged_max,
                                     float *to_min, float *to_max) {
-    *to_min = g * (x < nudged_min ? 1.0f : 0.0f);
-    *to_max = g * (x > nudged_max ? 1.0f : 0.0f);
-    return g * fq_between(x, nudged_min, nudged_max);
+    *to_min = fq_daz(g) * (x < nudged_min ? 1.0f : 0.0f);
+    *to_max = fq_daz(g) * (x > nudged_max ? 1.0f : 0.0f);
+    return fq_element_mask(g, x, nudged_min, nudged_max);
+}
+
+/* Adds each lane's float32 run into its float64 accumulator and restarts the runs at +0. */
+static inline void fq_flush_runs(float run_min[FQ_SUM_LANES], float run_max[FQ_SUM_LANES],
+                                 double lanes_min[FQ_SUM_LANES], double lanes_max[FQ_SUM_LANES]) {
+    for (int j = 0; j < FQ_SUM_LANES; ++j) {
+        lanes_min[j] += (double)run_min[j];
+        lanes_max[j] += (double)run_max[j];
+        run_min[j] = run_max[j] = 0.0f;
+    }
+}
+
+/* One position of a per-channel gradient over rows [r0, r1) (one run): dx, and the run's float32
+   sums added into the position's float64 accumulators. */
+static inline void fq_channel_run(const float *g, const float *x, float *dx, const fq_grid_table *t,
+                                  size_t p, size_t r0, size_t r1, double *acc_min, double *acc_max) {
+    float run_min = 0.0f, run_max = 0.0f;
+    for (size_t r = r0; r < r1; ++r) {
+        const size_t i = r * t->period + p;
+        float to_min, to_max;
+        dx[i] = fq_element_grad(g[i], x[i], t->nudged_min[p], t->nudged_max[p], &to_min, &to_max);
+        run_min += to_min;
+        run_max += to_max;
+    }
+    acc_min[p] += (double)run_min;
+    acc_max[p] += (double)run_max;
 }
 
 #endif

@@ -13,11 +13,15 @@ typedef struct {
     float quant_zero; /* floorf(-nudged_min * inv_scale + 0.5f) */
 } fq_grid;
 
-/* The gradient sums run in FQ_SUM_LANES float64 lanes: element i of a block adds into lane
-   i % FQ_SUM_LANES, in element order. Every ISA keeps exactly this lane order, so the sums are
-   bit-identical across ISAs; blocks of FQ_SUM_BLOCK elements are combined in index order, so they
-   do not depend on the thread count either. */
+/* The gradient sums are defined by one order that every ISA keeps, so they are bit-identical
+   across ISAs; and blocks of FQ_SUM_BLOCK elements are combined in index order, so they do not
+   depend on the thread count either. Inside a block, element i belongs to lane i % FQ_SUM_LANES;
+   each lane adds its products in float32 over a run of FQ_SUM_RUN consecutive lane elements
+   (FQ_SUM_LANES * FQ_SUM_RUN elements, starting from +0), then adds the run into its float64
+   accumulator. A run whose products are all +-0 may be skipped: it leaves the bits unchanged. */
 #define FQ_SUM_LANES 16
+#define FQ_SUM_RUN 4
+#define FQ_SUM_RUN_ELEMENTS (FQ_SUM_LANES * FQ_SUM_RUN)
 #define FQ_SUM_BLOCK ((size_t)16384)
 
 /* Per-channel grids laid out over one period of P positions (P a multiple of the channel count,
@@ -43,8 +47,8 @@ typedef struct {
     /* Per-channel forward (multiplying) over `rows` periods. */
     void (*channel_forward)(const float *x, float *out, size_t rows, const fq_grid_table *table,
                             size_t p0, size_t p1);
-    /* Per-channel mask and sums; position p's sums are added, row by row, into acc_min[p],
-       acc_max[p]. */
+    /* Per-channel mask and sums: rows form runs of FQ_SUM_RUN from the call's first row; a
+       position's products are added in float32 over a run, then into acc_min[p] / acc_max[p]. */
     void (*channel_mask_sums)(const float *g, const float *x, float *dx, size_t rows,
                               const fq_grid_table *table, size_t p0, size_t p1, double *acc_min,
                               double *acc_max);

@@ -12,17 +12,20 @@ static void forward_div__scalar(const float *x, float *out, size_t n, const fq_g
 }
 
 static void mask__scalar(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid) {
-    for (size_t i = 0; i < n; ++i) dx[i] = g[i] * fq_between(x[i], grid->nudged_min, grid->nudged_max);
+    for (size_t i = 0; i < n; ++i) dx[i] = fq_element_mask(g[i], x[i], grid->nudged_min, grid->nudged_max);
 }
 
 static void mask_sums__scalar(const float *g, const float *x, float *dx, size_t n,
                               const fq_grid *grid, double lanes_min[FQ_SUM_LANES],
                               double lanes_max[FQ_SUM_LANES]) {
+    float run_min[FQ_SUM_LANES] = {0}, run_max[FQ_SUM_LANES] = {0};
     for (size_t i = 0; i < n; ++i) {
         float to_min, to_max;
         dx[i] = fq_element_grad(g[i], x[i], grid->nudged_min, grid->nudged_max, &to_min, &to_max);
-        lanes_min[i % FQ_SUM_LANES] += (double)to_min;
-        lanes_max[i % FQ_SUM_LANES] += (double)to_max;
+        run_min[i % FQ_SUM_LANES] += to_min;
+        run_max[i % FQ_SUM_LANES] += to_max;
+        if (i % FQ_SUM_RUN_ELEMENTS == FQ_SUM_RUN_ELEMENTS - 1 || i == n - 1)
+            fq_flush_runs(run_min, run_max, lanes_min, lanes_max);
     }
 }
 
@@ -40,15 +43,10 @@ static void channel_forward__scalar(const float *x, float *out, size_t rows,
 static void channel_mask_sums__scalar(const float *g, const float *x, float *dx, size_t rows,
                                       const fq_grid_table *t, size_t p0, size_t p1,
                                       double *acc_min, double *acc_max) {
-    for (size_t r = 0; r < rows; ++r) {
-        const size_t base = r * t->period;
-        for (size_t p = p0; p < p1; ++p) {
-            float to_min, to_max;
-            dx[base + p] = fq_element_grad(g[base + p], x[base + p], t->nudged_min[p],
-                                           t->nudged_max[p], &to_min, &to_max);
-            acc_min[p] += (double)to_min;
-            acc_max[p] += (double)to_max;
-        }
+    for (size_t r0 = 0; r0 < rows; r0 += FQ_SUM_RUN) {
+        const size_t r1 = rows - r0 < FQ_SUM_RUN ? rows : r0 + FQ_SUM_RUN;
+        for (size_t p = p0; p < p1; ++p)
+            fq_channel_run(g, x, dx, t, p, r0, r1, acc_min, acc_max);
     }
 }
 

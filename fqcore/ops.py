@@ -1,0 +1,216 @@
+"""The numpy API with TensorFlow's op names: validation, dtypes, shapes, out= buffers, named tuples."""
+import math
+import numbers
+from collections import namedtuple
+
+import numpy as np
+
+from . import _kernels
+
+FakeQuantWithMinMaxVarsGradient = namedtuple(
+    "FakeQuantWithMinMaxVarsGradient",
+    ["backprops_wrt_input", "backprop_wrt_min", "backprop_wrt_max"])
+FakeQuantWithMinMaxVarsPerChannelGradient = namedtuple(
+    "FakeQuantWithMinMaxVarsPerChannelGradient",
+    ["backprops_wrt_input", "backprop_wrt_min", "backprop_wrt_max"])
+
+_FLOAT32 = np.dtype(np.float32)
+_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
+
+
+def _array(value, name):
+    """`value` as a float32 ndarray; arrays of another dtype are refused rather than cast."""
+    if not isinstance(value, np.ndarray):
+        if isinstance(value, (str, bytes)) or value is None:
+            raise TypeError(f"{name} must be a float32 array, got {type(value).__name__}")
+        try:
+            converted = np.asarray(value)
+        except Exception as error:  # ragged nested sequences and other non-arrays
+            raise TypeError(f"{name} must be a float32 array: {error}") from None
+        if converted.dtype.kind not in "fiu":
+            raise TypeError(f"{name} must be a float32 array, got elements of dtype {converted.dtype}")
+        value = converted.astype(np.float32)
+    elif value.dtype != _FLOAT32:
+        raise TypeError(f"{name} must be a float32 array (native byte order), got dtype {value.dtype}")
+    return value
+
+
+def _flat(array):
+    """A 1-D, C-contiguous, aligned view of `array` (a copy only when the layout needs one)."""
+    if array.flags.c_contiguous and array.flags.aligned:
+        return array.reshape(-1)
+    return np.ascontiguousarray(array).reshape(-1)
+
+
+def _output(out, shape, inputs):
+    """A flat view of the result buffer: `out` after checks, or a new array."""
+    if out is None:
+        return np.empty(shape, _FLOAT32), None
+    if not isinstance(out, np.ndarray) or out.dtype != _FLOAT32:
+        raise TypeError(f"out must be a float32 ndarray, got {getattr(out, 'dtype', type(out).__name__)}")
+    if out.shape != shape:
+        raise ValueError(f"out has shape {out.shape}, expected {shape}")
+    if not (out.flags.c_contiguous and out.flags.writeable and out.flags.aligned):
+        raise ValueError("out must be a writeable, aligned, C-contiguous array")
+    return out, [i for i in inputs if i is not out and np.may_share_memory(i, out)]
+
+
+def _unshare(flat_inputs, overlapping):
+    """Copies inputs that partly overlap `out`; an input that *is* out is safe to overwrite in place."""
+    if not overlapping:
+        return flat_inputs
+    return [f.copy() if any(np.may_share_memory(f, o) for o in overlapping) else f for f in flat_inputs]
+
+
+def _num_bits(num_bits):
+    if isinstance(num_bits, bool) or not isinstance(num_bits, numbers.Integral):
+        raise TypeError(f"num_bits must be an int, got {num_bits!r}")
+    if not 2 <= num_bits <= 16:
+        raise ValueError(f"num_bits must be between 2 and 16, inclusive, got {num_bits}")
+    return int(num_bits)
+
+
+def _flag(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _attr_float(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {value!r}")
+    return float(np.float32(value))
+
+
+def _tf_str(value):
+    """A float32 printed as TF's error messages print it: 2, -0, 0.1, nan."""
+    text = str(np.float32(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _flush(value):
+    """TF's CPU threads treat denormals as zero: the sign survives, the magnitude does not."""
+    return math.copysign(0.0, value) if abs(value) < _SMALLEST_NORMAL else value
+
+
+def _ordered_range(min, max):
+    lo, hi = _flush(min), _flush(max)
+    if not lo < hi:
+        raise ValueError(f"min has to be smaller than max, was: {_tf_str(lo)} >= {_tf_str(hi)}")
+
+
+def _scalar(value, name):
+    """A Vars min/max: a Python real or a 0-d float32 array, as a Python float holding a float32."""
+    if isinstance(value, np.ndarray):
+        if value.ndim != 0:
+            raise ValueError(f"`{name}` must be rank 0 but is rank {value.ndim}")
+        if value.dtype != _FLOAT32:
+            raise TypeError(f"`{name}` must be float32, got dtype {value.dtype}")
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be a float32 scalar, got {value!r}")
+    return float(np.float32(value))
+
+
+def _same_shape(gradients, inputs):
+    if gradients.shape != inputs.shape:
+        raise ValueError(f"gradients and inputs must have the same shape, got gradients "
+                         f"{gradients.shape} and inputs {inputs.shape}")
+
+
+def _channel_range(value, name, channels):
+    array = _array(value, name)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be rank 1 but is rank {array.ndim}")
+    if array.shape[0] != channels:
+        raise ValueError(f"{name} has incorrect size, expected {channels} was {array.shape[0]}")
+    return _flat(array)
+
+
+def _channel_inputs(inputs):
+    if inputs.ndim == 0:
+        raise ValueError("inputs must be rank 1 or higher for per-channel quantization "
+                         "(channels are the last dimension), got a rank-0 array")
+    return inputs.shape[-1]
+
+
+def fake_quant_with_min_max_args(inputs, min=-6.0, max=6.0, num_bits=8, narrow_range=False, *,
+                                 out=None):
+    """FakeQuantWithMinMaxArgs: fake-quantize `inputs` to the grid of the fixed range [min, max]."""
+    inputs = _array(inputs, "inputs")
+    lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
+    num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
+    _ordered_range(lo, hi)
+    result, overlapping = _output(out, inputs.shape, (inputs,))
+    (x,) = _unshare([_flat(inputs)], overlapping)
+    _kernels.args_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
+    return result
+
+
+def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6.0, max=6.0, num_bits=8,
+                                          narrow_range=False, *, out=None):
+    """FakeQuantWithMinMaxArgsGradient: `gradients` where inputs lie on the nudged range, else 0."""
+    gradients, inputs = _array(gradients, "gradients"), _array(inputs, "inputs")
+    _same_shape(gradients, inputs)
+    lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
+    num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
+    _ordered_range(lo, hi)
+    result, overlapping = _output(out, inputs.shape, (gradients, inputs))
+    g, x = _unshare([_flat(gradients), _flat(inputs)], overlapping)
+    _kernels.args_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range)
+    return result
+
+
+def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=False, *, out=None):
+    """FakeQuantWithMinMaxVars: fake-quantize `inputs` to the range held by scalars min and max."""
+    inputs = _array(inputs, "inputs")
+    lo, hi = _scalar(min, "min"), _scalar(max, "max")
+    num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
+    result, overlapping = _output(out, inputs.shape, (inputs,))
+    (x,) = _unshare([_flat(inputs)], overlapping)
+    _kernels.vars_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
+    return result
+
+
+def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=8,
+                                          narrow_range=False, *, out=None):
+    """FakeQuantWithMinMaxVarsGradient, fused: (backprops_wrt_input, backprop_wrt_min,
+    backprop_wrt_max); the two sums are 0-d float32 arrays."""
+    gradients, inputs = _array(gradients, "gradients"), _array(inputs, "inputs")
+    _same_shape(gradients, inputs)
+    lo, hi = _scalar(min, "min"), _scalar(max, "max")
+    num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
+    result, overlapping = _output(out, inputs.shape, (gradients, inputs))
+    g, x = _unshare([_flat(gradients), _flat(inputs)], overlapping)
+    sums = np.empty(2, _FLOAT32)
+    _kernels.vars_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range, sums)
+    return FakeQuantWithMinMaxVarsGradient(result, sums[0, ...], sums[1, ...])
+
+
+def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narrow_range=False, *,
+                                             out=None):
+    """FakeQuantWithMinMaxVarsPerChannel: one range per channel of the last dimension."""
+    inputs = _array(inputs, "inputs")
+    channels = _channel_inputs(inputs)
+    lo, hi = _channel_range(min, "min", channels), _channel_range(max, "max", channels)
+    num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
+    result, overlapping = _output(out, inputs.shape, (inputs,))
+    (x,) = _unshare([_flat(inputs)], overlapping)
+    _kernels.channel_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
+    return result
+
+
+def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, max, num_bits=8,
+                                                      narrow_range=False, *, out=None):
+    """FakeQuantWithMinMaxVarsPerChannelGradient, fused, one pass over contiguous memory:
+    (backprops_wrt_input, backprop_wrt_min[d], backprop_wrt_max[d])."""
+    gradients, inputs = _array(gradients, "gradients"), _array(inputs, "inputs")
+    _same_shape(gradients, inputs)
+    channels = _channel_inputs(inputs)
+    lo, hi = _channel_range(min, "min", channels), _channel_range(max, "max", channels)
+    num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
+    result, overlapping = _output(out, inputs.shape, (gradients, inputs))
+    g, x = _unshare([_flat(gradients), _flat(inputs)], overlapping)
+    dmin, dmax = np.empty(channels, _FLOAT32), np.empty(channels, _FLOAT32)
+    _kernels.channel_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range, dmin, dmax)
+    return FakeQuantWithMinMaxVarsPerChannelGradient(result, dmin, dmax)
