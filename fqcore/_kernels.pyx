@@ -58,19 +58,27 @@ def has_openmp():
 
 def args_forward(const float[::1] x, float[::1] out, float min, float max, int num_bits,
                  bint narrow_range):
+    """False when min >= max (the caller words TF's message); True when done."""
     cdef fq_status rc
     with nogil:
         rc = fq_f32_args(_cptr(x), _ptr(out), x.shape[0], min, max, num_bits, narrow_range)
+    if rc == FQ_ERR_MIN_NOT_BELOW_MAX:
+        return False
     _check(rc)
+    return True
 
 
 def args_grad(const float[::1] g, const float[::1] x, float[::1] dx, float min, float max,
               int num_bits, bint narrow_range):
+    """False when min >= max (the caller words TF's message); True when done."""
     cdef fq_status rc
     with nogil:
         rc = fq_f32_args_grad(_cptr(g), _cptr(x), _ptr(dx), x.shape[0], min, max, num_bits,
                               narrow_range)
+    if rc == FQ_ERR_MIN_NOT_BELOW_MAX:
+        return False
     _check(rc)
+    return True
 
 
 def vars_forward(const float[::1] x, float[::1] out, float min, float max, int num_bits,

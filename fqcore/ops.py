@@ -20,6 +20,8 @@ _SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
 
 def _array(value, name):
     """`value` as a float32 ndarray; arrays of another dtype are refused rather than cast."""
+    if type(value) is np.ndarray and value.dtype == _FLOAT32:
+        return value
     if not isinstance(value, np.ndarray):
         if isinstance(value, (str, bytes)) or value is None:
             raise TypeError(f"{name} must be a float32 array, got {type(value).__name__}")
@@ -37,13 +39,14 @@ def _array(value, name):
 
 def _flat(array):
     """A 1-D, C-contiguous, aligned view of `array` (a copy only when the layout needs one)."""
-    if array.flags.c_contiguous and array.flags.aligned:
+    flags = array.flags
+    if flags.c_contiguous and flags.aligned:
         return array.reshape(-1)
     return np.ascontiguousarray(array).reshape(-1)
 
 
 def _output(out, shape, inputs):
-    """A flat view of the result buffer: `out` after checks, or a new array."""
+    """The result buffer, `out` after checks or a new array, and the inputs that overlap it."""
     if out is None:
         return np.empty(shape, _FLOAT32), None
     if not isinstance(out, np.ndarray) or out.dtype != _FLOAT32:
@@ -63,6 +66,8 @@ def _unshare(flat_inputs, overlapping):
 
 
 def _num_bits(num_bits):
+    if type(num_bits) is int and 2 <= num_bits <= 16:
+        return num_bits
     if isinstance(num_bits, bool) or not isinstance(num_bits, numbers.Integral):
         raise TypeError(f"num_bits must be an int, got {num_bits!r}")
     if not 2 <= num_bits <= 16:
@@ -71,12 +76,17 @@ def _num_bits(num_bits):
 
 
 def _flag(value, name):
+    if value is True or value is False:
+        return value
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {value!r}")
     return bool(value)
 
 
 def _attr_float(value, name):
+    """An Args attr; a Python float goes to C as it is (C rounds it to float32 once)."""
+    if type(value) is float:
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a float, got {value!r}")
     return float(np.float32(value))
@@ -93,14 +103,17 @@ def _flush(value):
     return math.copysign(0.0, value) if abs(value) < _SMALLEST_NORMAL else value
 
 
-def _ordered_range(min, max):
-    lo, hi = _flush(min), _flush(max)
-    if not lo < hi:
-        raise ValueError(f"min has to be smaller than max, was: {_tf_str(lo)} >= {_tf_str(hi)}")
+def _range_error(min, max):
+    """TF's message for an Args range that is not ordered (C found it so; here it is worded)."""
+    lo, hi = _flush(float(np.float32(min))), _flush(float(np.float32(max)))
+    return ValueError(f"min has to be smaller than max, was: {_tf_str(lo)} >= {_tf_str(hi)}")
 
 
 def _scalar(value, name):
-    """A Vars min/max: a Python real or a 0-d float32 array, as a Python float holding a float32."""
+    """A Vars min/max: a Python real or a 0-d float32 array, as a Python float (C rounds it to
+    float32 once)."""
+    if type(value) is float:
+        return value
     if isinstance(value, np.ndarray):
         if value.ndim != 0:
             raise ValueError(f"`{name}` must be rank 0 but is rank {value.ndim}")
@@ -119,6 +132,9 @@ def _same_shape(gradients, inputs):
 
 
 def _channel_range(value, name, channels):
+    if (type(value) is np.ndarray and value.dtype == _FLOAT32 and value.shape == (channels,)
+            and value.flags.c_contiguous):
+        return value
     array = _array(value, name)
     if array.ndim != 1:
         raise ValueError(f"{name} must be rank 1 but is rank {array.ndim}")
@@ -140,10 +156,10 @@ def fake_quant_with_min_max_args(inputs, min=-6.0, max=6.0, num_bits=8, narrow_r
     inputs = _array(inputs, "inputs")
     lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    _ordered_range(lo, hi)
     result, overlapping = _output(out, inputs.shape, (inputs,))
     (x,) = _unshare([_flat(inputs)], overlapping)
-    _kernels.args_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
+    if not _kernels.args_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range):
+        raise _range_error(lo, hi)
     return result
 
 
@@ -154,10 +170,10 @@ def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6.0, max=6.0, 
     _same_shape(gradients, inputs)
     lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    _ordered_range(lo, hi)
     result, overlapping = _output(out, inputs.shape, (gradients, inputs))
     g, x = _unshare([_flat(gradients), _flat(inputs)], overlapping)
-    _kernels.args_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range)
+    if not _kernels.args_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range):
+        raise _range_error(lo, hi)
     return result
 
 
@@ -175,7 +191,7 @@ def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=Fals
 def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=8,
                                           narrow_range=False, *, out=None):
     """FakeQuantWithMinMaxVarsGradient, fused: (backprops_wrt_input, backprop_wrt_min,
-    backprop_wrt_max); the two sums are 0-d float32 arrays."""
+    backprop_wrt_max); the two sums are numpy float32 scalars, as TF's 0-d tensors give."""
     gradients, inputs = _array(gradients, "gradients"), _array(inputs, "inputs")
     _same_shape(gradients, inputs)
     lo, hi = _scalar(min, "min"), _scalar(max, "max")
@@ -184,7 +200,7 @@ def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=
     g, x = _unshare([_flat(gradients), _flat(inputs)], overlapping)
     sums = np.empty(2, _FLOAT32)
     _kernels.vars_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range, sums)
-    return FakeQuantWithMinMaxVarsGradient(result, sums[0, ...], sums[1, ...])
+    return FakeQuantWithMinMaxVarsGradient(result, sums[0], sums[1])
 
 
 def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narrow_range=False, *,

@@ -1,4 +1,4 @@
-"""Input recipes for the golden data, shared by tools/gen_golden.py and tests/test_golden.py so they cannot drift."""
+"""Golden-data input recipes and bulk output codec, shared by tools/gen_golden.py and tests/test_golden.py so they cannot drift."""
 
 import math
 from typing import NamedTuple
@@ -210,3 +210,51 @@ def bulk_inputs(config):
     return sample_inputs(
         config.seed, config.shape, config.min, config.max, config.num_bits, config.narrow_range, config.special_g
     )
+
+
+# The bulk files store outputs losslessly but compactly, per config. y is an index into the config's
+# table of distinct output bit patterns (sorted by value, stored as uint32 deltas), written as a
+# residual against the table entry nearest to x, which is almost always right. dx is a code per
+# element; the generator checks that no dx falls outside the codes.
+DX_SAME_AS_G, DX_PLUS_ZERO, DX_MINUS_ZERO, DX_NAN = range(4)
+
+
+def _nearest(table, x):
+    """Index of the table value nearest to each x (ties go up; NaN x lands on the end, where NaN sorts)."""
+    values = table.view(F32).astype(np.float64)
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    hi = np.minimum(np.searchsorted(values, x), len(values) - 1)
+    lo = np.maximum(hi - 1, 0)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.abs(x - values[lo]) < np.abs(values[hi] - x), lo, hi)
+
+
+def encode_y(y_bits, x):
+    """(table_delta uint32, residual int32) for one config's output bits y_bits and its inputs x."""
+    table, inverse = np.unique(y_bits, return_inverse=True)
+    order = np.lexsort((table, table.view(F32)))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    table = table[order]
+    residual = rank[inverse.reshape(-1)] - _nearest(table, x)
+    return np.diff(table, prepend=np.uint32(0)).astype(np.uint32), residual.astype(np.int32)
+
+
+def decode_y(table_delta, residual, x):
+    table = np.cumsum(table_delta, dtype=np.uint32)
+    return table[_nearest(table, x) + residual]
+
+
+def encode_dx(dx_bits, g_bits):
+    """uint8 codes, or None when some dx is none of g, +0, -0 or NaN."""
+    codes = np.select(
+        [dx_bits == g_bits, dx_bits == 0, dx_bits == 0x80000000, np.isnan(dx_bits.view(F32))],
+        [DX_SAME_AS_G, DX_PLUS_ZERO, DX_MINUS_ZERO, DX_NAN],
+        255,
+    ).astype(np.uint8)
+    return None if (codes == 255).any() else codes
+
+
+def decode_dx(codes, g_bits):
+    """dx bits; a NaN comes back as the default quiet NaN (only NaN positions are compared)."""
+    return np.choose(codes, [g_bits, np.uint32(0), np.uint32(0x80000000), np.uint32(0x7FC00000)]).astype(np.uint32)

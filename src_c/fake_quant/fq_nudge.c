@@ -12,7 +12,9 @@ void fq_nudge(float min, float max, int num_bits, int narrow_range, fq_grid *gri
     const float inv_scale = (quant_max - quant_min) / (max - min);
     const float zero_point_from_min = quant_min - min / scale;
     float zero_point;
-    if (zero_point_from_min < quant_min)
+    if (zero_point_from_min != zero_point_from_min)
+        zero_point = 0.0f; /* TF casts to uint16, which turns NaN into 0 (x86 and ARM alike) */
+    else if (zero_point_from_min < quant_min)
         zero_point = quant_min;
     else if (zero_point_from_min > quant_max)
         zero_point = quant_max;
