@@ -105,7 +105,8 @@ def _flush(value):
 
 def _range_error(min, max):
     """TF's message for an Args range that is not ordered (C found it so; here it is worded)."""
-    lo, hi = _flush(float(np.float32(min))), _flush(float(np.float32(max)))
+    with np.errstate(over="ignore"):  # a float64 beyond float32 is inf, as TF's float attr holds it
+        lo, hi = _flush(float(np.float32(min))), _flush(float(np.float32(max)))
     return ValueError(f"min has to be smaller than max, was: {_tf_str(lo)} >= {_tf_str(hi)}")
 
 

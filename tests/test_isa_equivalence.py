@@ -1,0 +1,102 @@
+"""Every SIMD path equals the scalar kernels bit for bit; the sums also equal across thread counts."""
+import numpy as np
+import pytest
+
+import fqcore
+from helpers import assert_same_bits
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 3e38, -3e38], np.float32)
+SIZES = [0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000,
+         16383, 16384, 16385, 70001]
+CHANNELS = [1, 2, 3, 7, 8, 15, 16, 17, 64, 100, 255, 256, 257, 1000]
+
+
+def _inputs(n, seed, offset):
+    """x (with special values and exact rounding ties) and g, as misaligned views of a buffer."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-8, 8, n + offset).astype(np.float32)
+    g = rng.standard_normal(n + offset).astype(np.float32)
+    if n > 4:
+        x[offset + rng.integers(0, n, 4)] = rng.choice(SPECIAL, 4)
+        g[offset + rng.integers(0, n, 2)] = rng.choice(SPECIAL, 2)
+        scale = np.float32(12.0 / 255)
+        ties = (np.float32(-6.023529529571533) + (rng.integers(0, 255, n // 4) + np.float32(0.5)) * scale)
+        x[offset + rng.integers(0, n, n // 4)] = ties.astype(np.float32)
+    return x[offset:], g[offset:]
+
+
+def _all_outputs(x, g, lo, hi, num_bits, narrow, channels):
+    outputs = [
+        fqcore.fake_quant_with_min_max_args(x, float(lo), float(hi), num_bits, narrow),
+        fqcore.fake_quant_with_min_max_args_gradient(g, x, float(lo), float(hi), num_bits, narrow),
+        fqcore.fake_quant_with_min_max_vars(x, lo, hi, num_bits, narrow),
+        *fqcore.fake_quant_with_min_max_vars_gradient(g, x, lo, hi, num_bits, narrow),
+    ]
+    if x.size % channels == 0 and x.size:
+        rng = np.random.default_rng(channels)
+        cmin = rng.uniform(-7, 0, channels).astype(np.float32)
+        cmax = (cmin + rng.uniform(0, 8, channels)).astype(np.float32)
+        cmin[channels // 2] = cmax[channels // 2] = 0  # one all-zero channel
+        xs, gs = x.reshape(-1, channels), g.reshape(-1, channels)
+        outputs.append(fqcore.fake_quant_with_min_max_vars_per_channel(xs, cmin, cmax, num_bits, narrow))
+        outputs.extend(fqcore.fake_quant_with_min_max_vars_per_channel_gradient(gs, xs, cmin, cmax, num_bits, narrow))
+    return [np.asarray(o) for o in outputs]
+
+
+def _on(isa_name, fn):
+    previous = fqcore.get_isa()
+    fqcore.set_isa(isa_name)
+    try:
+        return fn()
+    finally:
+        fqcore.set_isa(previous)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_simd_equals_scalar(isa, n):
+    for offset, channels in ((0, 1), (1, 3), (3, 17), (5, 16)):
+        x, g = _inputs(n, seed=n * 10 + offset, offset=offset)
+        num_bits = 2 + (n + offset) % 15
+        narrow = bool(offset % 2)
+        for lo, hi in ((-6.0, 6.0), (-0.1, 0.2), (0.5, 1.0), (-3.0, -1.0)):
+            args = (x, g, np.float32(lo), np.float32(hi), num_bits, narrow, channels)
+            expected = _on("scalar", lambda: _all_outputs(*args))
+            actual = _on(isa, lambda: _all_outputs(*args))
+            for a, e in zip(actual, expected):
+                assert_same_bits(a, e)
+
+
+@pytest.mark.parametrize("channels", CHANNELS)
+def test_per_channel_simd_equals_scalar(isa, channels):
+    for rows in (1, 2, 5, 9, 33):
+        x, g = _inputs(rows * channels, seed=channels * 100 + rows, offset=rows % 4)
+        args = (x, g, np.float32(-1.0), np.float32(1.0), 8, False, channels)
+        expected = _on("scalar", lambda: _all_outputs(*args))
+        actual = _on(isa, lambda: _all_outputs(*args))
+        for a, e in zip(actual, expected):
+            assert_same_bits(a, e)
+
+
+@pytest.mark.parametrize("shape", [(3_000_001,), (3000, 1000), (20000, 100), (2, 1_500_000)])
+def test_sums_identical_across_isas_and_threads(shape):
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-7, 7, shape).astype(np.float32)
+    g = rng.standard_normal(shape).astype(np.float32)
+    results = {}
+    previous_threads = fqcore.get_num_threads()
+    try:
+        for isa_name in fqcore.available_isas():
+            for threads in (1, 2, 3, 4):
+                fqcore.set_num_threads(threads)
+                if len(shape) == 1:
+                    r = _on(isa_name, lambda: fqcore.fake_quant_with_min_max_vars_gradient(g, x, -6.0, 6.0))
+                else:
+                    lim = np.full(shape[-1], 6.0, np.float32)
+                    r = _on(isa_name, lambda: fqcore.fake_quant_with_min_max_vars_per_channel_gradient(g, x, -lim, lim))
+                results[(isa_name, threads)] = [np.asarray(v) for v in r]
+    finally:
+        fqcore.set_num_threads(previous_threads)
+    reference = results[("scalar", 1)]
+    for key, outputs in results.items():
+        for a, e in zip(outputs, reference):
+            assert_same_bits(a, e), key
