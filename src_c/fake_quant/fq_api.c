@@ -208,6 +208,14 @@ static size_t channel_period(size_t channels) {
     return padded <= FQ_CHANNEL_MAX_PADDED_PERIOD ? padded : channels;
 }
 
+/* Spacing of per-period arrays laid one after another: a cache line more than the period, so
+   that arrays of a 4 KiB period do not all fall in the same L1 set as each other and as the rows
+   of the data (which, at that period, are 4 KiB apart too). In elements of `size` bytes. */
+static size_t skewed_stride(size_t period, size_t size) {
+    const size_t per_line = 64 / size;
+    return ceil_div(period, per_line) * per_line + per_line;
+}
+
 /* Scratch of one per-channel call: the grid table over a period and which channels are all-zero. */
 typedef struct {
     fq_grid_table table;
@@ -218,12 +226,12 @@ typedef struct {
 
 static fq_status setup_channels(channel_setup *s, size_t channels, const float *min,
                                 const float *max, int num_bits, int narrow_range) {
-    const size_t period = channel_period(channels);
-    s->storage = malloc(5 * period * sizeof(float) + channels);
+    const size_t period = channel_period(channels), stride = skewed_stride(period, sizeof(float));
+    s->storage = malloc(5 * stride * sizeof(float) + channels);
     if (s->storage == NULL) return FQ_ERR_NO_MEMORY;
-    float *nmin = s->storage, *nmax = nmin + period, *scale = nmax + period,
-          *inv = scale + period, *qzero = inv + period;
-    s->zero_channel = (unsigned char *)(qzero + period);
+    float *nmin = s->storage, *nmax = nmin + stride, *scale = nmax + stride,
+          *inv = scale + stride, *qzero = inv + stride;
+    s->zero_channel = (unsigned char *)(qzero + stride);
     s->any_zero_channel = 0;
     for (size_t c = 0; c < channels; ++c) {
         fq_grid grid;
@@ -249,7 +257,8 @@ typedef struct {
     float *out;
     const fq_grid_table *table;
     size_t rows, row_chunk, col_chunk, col_chunks;
-    double *partials; /* gradient only: [block][2 * period] */
+    double *partials; /* gradient only: per block, min sums then max sums, `acc_stride` apart */
+    size_t acc_stride;
 } channel_job;
 
 static void channel_tile(const channel_job *job, size_t item, size_t *r0, size_t *rows, size_t *p0,
@@ -275,9 +284,9 @@ static void channel_grad_item(void *context, size_t item) {
     size_t r0, rows, p0, p1;
     channel_tile(job, item, &r0, &rows, &p0, &p1);
     const size_t offset = r0 * job->table->period, block = item / job->col_chunks;
-    double *acc = job->partials + block * 2 * job->table->period;
+    double *acc = job->partials + block * 2 * job->acc_stride;
     job->k->channel_mask_sums(job->g + offset, job->x + offset, job->out + offset, rows, job->table,
-                              p0, p1, acc, acc + job->table->period);
+                              p0, p1, acc, acc + job->acc_stride);
 }
 
 /* Splits `rows` whole periods into `row_items` row chunks; when that gives fewer items than
@@ -315,7 +324,7 @@ fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t c
     if (status == FQ_OK) {
         const size_t period = s.table.period, rows = n / period, rest = n % period;
         const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
-        channel_job job = {active_kernels(), NULL, x, out, &s.table, 0, 0, 0, 0, NULL};
+        channel_job job = {active_kernels(), NULL, x, out, &s.table, 0, 0, 0, 0, NULL, 0};
         plan_channel_job(&job, rows, rows < (size_t)threads ? rows : (size_t)threads, threads);
         if (rows > 0)
             fq_parallel_for(threads, ceil_div(rows, job.row_chunk) * job.col_chunks,
@@ -346,24 +355,25 @@ static fq_status channel_grad(const channel_setup *s, const float *g, const floa
                               size_t n, size_t channels, float *dmin, float *dmax) {
     const size_t period = s->table.period, rows = n / period, rest = n % period;
     const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
-    channel_job job = {active_kernels(), g, x, dx, &s->table, 0, 0, 0, 0, NULL};
+    const size_t acc_stride = skewed_stride(period, sizeof(double));
+    channel_job job = {active_kernels(), g, x, dx, &s->table, 0, 0, 0, 0, NULL, acc_stride};
     plan_channel_job(&job, rows, channel_sum_blocks(n, period, rows), threads);
     const size_t blocks = rows > 0 ? ceil_div(rows, job.row_chunk) : 1;
-    job.partials = calloc(blocks * 2 * period, sizeof(double));
+    job.partials = calloc(blocks * 2 * acc_stride, sizeof(double));
     if (job.partials == NULL) return FQ_ERR_NO_MEMORY;
     if (rows > 0) fq_parallel_for(threads, blocks * job.col_chunks, channel_grad_item, &job);
     /* The partial last period comes after every whole row, so it joins the last block. */
-    double *last = job.partials + (blocks - 1) * 2 * period;
+    double *last = job.partials + (blocks - 1) * 2 * acc_stride;
     if (rest > 0)
         job.k->channel_mask_sums(g + rows * period, x + rows * period, dx + rows * period, 1,
-                                 &s->table, 0, rest, last, last + period);
+                                 &s->table, 0, rest, last, last + acc_stride);
     for (size_t c = 0; c < channels; ++c) {
         double sum_min = 0.0, sum_max = 0.0;
         for (size_t b = 0; b < blocks; ++b) {
-            const double *acc = job.partials + b * 2 * period;
+            const double *acc = job.partials + b * 2 * acc_stride;
             for (size_t p = c; p < period; p += channels) {
                 sum_min += acc[p];
-                sum_max += acc[period + p];
+                sum_max += acc[acc_stride + p];
             }
         }
         dmin[c] = (float)sum_min;

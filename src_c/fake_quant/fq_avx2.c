@@ -139,65 +139,48 @@ static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n,
     fq_flush_runs(run_min, run_max, lanes_min, lanes_max);
 }
 
-/* Per-channel kernels walk FQ_ROW_BLOCK rows at a time, positions inside: each row stays a
-   sequential stream, and a position's grid (and sums) are loaded once per block of rows. A whole
-   number of sum runs, so that runs start where the scalar kernel starts them. */
-#define FQ_ROW_BLOCK (2 * FQ_SUM_RUN)
-
+/* Per-channel kernels walk row by row: one sequential stream per array, which the prefetchers
+   follow; the grids of a period stay in cache. */
 static void channel_forward__avx2(const float *x, float *out, size_t rows, const fq_grid_table *t,
                                   size_t p0, size_t p1) {
-    for (size_t r0 = 0; r0 < rows; r0 += FQ_ROW_BLOCK) {
-        const size_t r1 = rows - r0 < FQ_ROW_BLOCK ? rows : r0 + FQ_ROW_BLOCK;
+    for (size_t r = 0; r < rows; ++r) {
+        const float *xr = x + r * t->period;
+        float *outr = out + r * t->period;
         size_t p = p0;
         for (; p + 8 <= p1; p += 8) {
             const grid8 q = load_grid(t, p);
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                _mm256_storeu_ps(out + i, forward_mul8(_mm256_loadu_ps(x + i), &q));
-            }
+            _mm256_storeu_ps(outr + p, forward_mul8(_mm256_loadu_ps(xr + p), &q));
         }
-        for (; p < p1; ++p)
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                out[i] = fq_element_mul(x[i], t->nudged_min[p], t->nudged_max[p], t->inv_scale[p],
-                                        t->quant_zero[p], t->scale[p]);
-            }
+        fq_channel_forward_row(xr, outr, t, p, p1);
     }
+}
+
+/* Adds 8 products into the float64 accumulators of 8 positions. */
+static inline void add_to_positions(__m256 products, double *acc) {
+    const __m256d lo = _mm256_add_pd(_mm256_loadu_pd(acc), _mm256_cvtps_pd(_mm256_castps256_ps128(products)));
+    const __m256d hi = _mm256_add_pd(_mm256_loadu_pd(acc + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(products, 1)));
+    _mm256_storeu_pd(acc, lo);
+    _mm256_storeu_pd(acc + 4, hi);
 }
 
 static void channel_mask_sums__avx2(const float *g, const float *x, float *dx, size_t rows,
                                     const fq_grid_table *t, size_t p0, size_t p1, double *acc_min,
                                     double *acc_max) {
-    const size_t period = t->period;
-    for (size_t r0 = 0; r0 < rows; r0 += FQ_ROW_BLOCK) {
-        const size_t r1 = rows - r0 < FQ_ROW_BLOCK ? rows : r0 + FQ_ROW_BLOCK;
+    for (size_t r = 0; r < rows; ++r) {
+        const size_t base = r * t->period;
+        const float *gr = g + base, *xr = x + base;
+        float *dxr = dx + base;
         size_t p = p0;
         for (; p + 8 <= p1; p += 8) {
             const __m256 nmin = _mm256_loadu_ps(t->nudged_min + p);
             const __m256 nmax = _mm256_loadu_ps(t->nudged_max + p);
-            __m256d min_lo = _mm256_loadu_pd(acc_min + p), min_hi = _mm256_loadu_pd(acc_min + p + 4);
-            __m256d max_lo = _mm256_loadu_pd(acc_max + p), max_hi = _mm256_loadu_pd(acc_max + p + 4);
-            for (size_t run = r0; run < r1; run += FQ_SUM_RUN) {
-                const size_t run_end = r1 - run < FQ_SUM_RUN ? r1 : run + FQ_SUM_RUN;
-                int needed = 0;
-                for (size_t r = run; r < run_end; ++r)
-                    needed |= dx8(g + r * period + p, x + r * period + p, dx + r * period + p, nmin, nmax);
-                if (needed == 0) continue;
-                __m256 run_min = _mm256_setzero_ps(), run_max = _mm256_setzero_ps();
-                for (size_t r = run; r < run_end; ++r)
-                    products8(g + r * period + p, x + r * period + p, nmin, nmax, &run_min, &run_max);
-                add_to_lanes(run_min, &min_lo, &min_hi);
-                add_to_lanes(run_max, &max_lo, &max_hi);
-            }
-            _mm256_storeu_pd(acc_min + p, min_lo);
-            _mm256_storeu_pd(acc_min + p + 4, min_hi);
-            _mm256_storeu_pd(acc_max + p, max_lo);
-            _mm256_storeu_pd(acc_max + p + 4, max_hi);
+            /* Lanes inside with finite g add +-0, which leaves the accumulators unchanged. */
+            if (dx8(gr + p, xr + p, dxr + p, nmin, nmax) == 0) continue;
+            const __m256 gv = _mm256_loadu_ps(gr + p), xv = _mm256_loadu_ps(xr + p);
+            add_to_positions(_mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmin, _CMP_LT_OQ))), acc_min + p);
+            add_to_positions(_mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmax, _CMP_GT_OQ))), acc_max + p);
         }
-        for (; p < p1; ++p)
-            for (size_t run = r0; run < r1; run += FQ_SUM_RUN)
-                fq_channel_run(g, x, dx, t, p, run, r1 - run < FQ_SUM_RUN ? r1 : run + FQ_SUM_RUN,
-                               acc_min, acc_max);
+        fq_channel_row(gr, xr, dxr, t, p, p1, acc_min, acc_max);
     }
 }
 

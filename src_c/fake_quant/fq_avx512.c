@@ -104,9 +104,7 @@ typedef struct {
     __mmask16 outside, not_finite;
 } run16;
 
-static inline void step16(const float *g, const float *x, float *dx, __m512 nmin, __m512 nmax,
-                          run16 *run) {
-    const __m512 gv = _mm512_loadu_ps(g), xv = _mm512_loadu_ps(x);
+static inline void step16(__m512 gv, __m512 xv, float *dx, __m512 nmin, __m512 nmax, run16 *run) {
     _mm512_storeu_ps(dx, _mm512_mul_ps(gv, as_one(between16(xv, nmin, nmax))));
     const __mmask16 below = _mm512_cmp_ps_mask(xv, nmin, _CMP_LT_OQ);
     const __mmask16 above = _mm512_cmp_ps_mask(xv, nmax, _CMP_GT_OQ);
@@ -118,8 +116,7 @@ static inline void step16(const float *g, const float *x, float *dx, __m512 nmin
 
 /* The exact products g * (x < nmin), g * (x > nmax) of 16 elements added into float32 runs; for
    runs holding a non-finite g, whose NaN products must reach the sums. */
-static inline void products16(const float *g, const float *x, __m512 nmin, __m512 nmax, run16 *run) {
-    const __m512 gv = _mm512_loadu_ps(g), xv = _mm512_loadu_ps(x);
+static inline void products16(__m512 gv, __m512 xv, __m512 nmin, __m512 nmax, run16 *run) {
     run->run_min = _mm512_add_ps(run->run_min, _mm512_mul_ps(gv, as_one(_mm512_cmp_ps_mask(xv, nmin, _CMP_LT_OQ))));
     run->run_max = _mm512_add_ps(run->run_max, _mm512_mul_ps(gv, as_one(_mm512_cmp_ps_mask(xv, nmax, _CMP_GT_OQ))));
 }
@@ -128,17 +125,20 @@ static inline run16 empty_run(void) {
     return (run16){_mm512_setzero_ps(), _mm512_setzero_ps(), 0, 0};
 }
 
-/* Runs over `count` vectors spaced `stride` floats apart: dx always, the sums added into the
-   float64 lanes unless every product was +-0. */
-static inline void run_of_vectors(const float *g, const float *x, float *dx, size_t count,
-                                  size_t stride, __m512 nmin, __m512 nmax, __m512d acc[4]) {
+/* One whole run (FQ_SUM_RUN_ELEMENTS elements): dx always, the sums added into the float64 lanes
+   unless every product was +-0. */
+static inline void whole_run(const float *g, const float *x, float *dx, __m512 nmin, __m512 nmax,
+                             __m512d acc[4]) {
+    __m512 gv[FQ_SUM_RUN], xv[FQ_SUM_RUN];
+    for (int k = 0; k < FQ_SUM_RUN; ++k) {
+        gv[k] = _mm512_loadu_ps(g + 16 * k);
+        xv[k] = _mm512_loadu_ps(x + 16 * k);
+    }
     run16 run = empty_run();
-    for (size_t k = 0; k < count; ++k)
-        step16(g + k * stride, x + k * stride, dx + k * stride, nmin, nmax, &run);
+    for (int k = 0; k < FQ_SUM_RUN; ++k) step16(gv[k], xv[k], dx + 16 * k, nmin, nmax, &run);
     if (run.not_finite) {
         run = empty_run();
-        for (size_t k = 0; k < count; ++k)
-            products16(g + k * stride, x + k * stride, nmin, nmax, &run);
+        for (int k = 0; k < FQ_SUM_RUN; ++k) products16(gv[k], xv[k], nmin, nmax, &run);
     } else if (run.outside == 0) {
         return;
     }
@@ -154,18 +154,19 @@ static void mask_sums__avx512(const float *g, const float *x, float *dx, size_t 
                       _mm512_loadu_pd(lanes_max), _mm512_loadu_pd(lanes_max + 8)};
     size_t i = 0;
     for (; i + FQ_SUM_RUN_ELEMENTS <= n; i += FQ_SUM_RUN_ELEMENTS)
-        run_of_vectors(g + i, x + i, dx + i, FQ_SUM_RUN, 16, nmin, nmax, acc);
+        whole_run(g + i, x + i, dx + i, nmin, nmax, acc);
     store_lanes(acc, lanes_min, lanes_max);
     if (i == n) return;
     /* The last, partial run: its whole vectors, then its elements, all in one run. */
     const size_t vectors = (n - i) / 16;
     run16 run = empty_run();
     for (size_t k = 0; k < vectors; ++k)
-        step16(g + i + 16 * k, x + i + 16 * k, dx + i + 16 * k, nmin, nmax, &run);
+        step16(_mm512_loadu_ps(g + i + 16 * k), _mm512_loadu_ps(x + i + 16 * k), dx + i + 16 * k,
+               nmin, nmax, &run);
     if (run.not_finite) {
         run = empty_run();
         for (size_t k = 0; k < vectors; ++k)
-            products16(g + i + 16 * k, x + i + 16 * k, nmin, nmax, &run);
+            products16(_mm512_loadu_ps(g + i + 16 * k), _mm512_loadu_ps(x + i + 16 * k), nmin, nmax, &run);
     }
     float run_min[FQ_SUM_LANES], run_max[FQ_SUM_LANES];
     _mm512_storeu_ps(run_min, run.run_min);
@@ -179,55 +180,76 @@ static void mask_sums__avx512(const float *g, const float *x, float *dx, size_t 
     fq_flush_runs(run_min, run_max, lanes_min, lanes_max);
 }
 
-/* Per-channel kernels walk FQ_ROW_BLOCK rows at a time, positions inside: each row stays a
-   sequential stream, and a position's grid (and sums) are loaded once per block of rows. A whole
-   number of sum runs, so that runs start where the scalar kernel starts them. */
-#define FQ_ROW_BLOCK (2 * FQ_SUM_RUN)
+/* Per-channel kernels walk rows in order; the forward takes FQ_ROWS_PER_GRID rows at a time, so
+   each grid load serves several rows (the grids of a long period do not all stay in L1), and a few
+   sequential streams remain, which the prefetchers follow. */
+#define FQ_ROWS_PER_GRID 4
 
 static void channel_forward__avx512(const float *x, float *out, size_t rows, const fq_grid_table *t,
                                     size_t p0, size_t p1) {
-    for (size_t r0 = 0; r0 < rows; r0 += FQ_ROW_BLOCK) {
-        const size_t r1 = rows - r0 < FQ_ROW_BLOCK ? rows : r0 + FQ_ROW_BLOCK;
+    const size_t period = t->period;
+    const fq_grid_table grids = *t; /* a local copy: stores to out cannot change it */
+    size_t r = 0;
+    for (; r + FQ_ROWS_PER_GRID <= rows; r += FQ_ROWS_PER_GRID) {
+        const float *xr = x + r * period;
+        float *outr = out + r * period;
         size_t p = p0;
         for (; p + 16 <= p1; p += 16) {
-            const grid16 q = load_grid(t, p);
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                _mm512_storeu_ps(out + i, forward_mul16(_mm512_loadu_ps(x + i), &q));
-            }
+            const grid16 q = load_grid(&grids, p);
+            __m512 v[FQ_ROWS_PER_GRID];
+            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k) v[k] = _mm512_loadu_ps(xr + k * period + p);
+            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
+                _mm512_storeu_ps(outr + k * period + p, forward_mul16(v[k], &q));
         }
-        for (; p < p1; ++p)
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                out[i] = fq_element_mul(x[i], t->nudged_min[p], t->nudged_max[p], t->inv_scale[p],
-                                        t->quant_zero[p], t->scale[p]);
-            }
+        for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
+            fq_channel_forward_row(xr + k * period, outr + k * period, &grids, p, p1);
+    }
+    for (; r < rows; ++r) {
+        const float *xr = x + r * period;
+        float *outr = out + r * period;
+        size_t p = p0;
+        for (; p + 16 <= p1; p += 16) {
+            const grid16 q = load_grid(&grids, p);
+            _mm512_storeu_ps(outr + p, forward_mul16(_mm512_loadu_ps(xr + p), &q));
+        }
+        fq_channel_forward_row(xr, outr, &grids, p, p1);
     }
 }
 
+/* Adds 16 products into the float64 accumulators of 16 positions. */
+static inline void add_to_positions(__m512 products, double *acc) {
+    const __m512d lo = _mm512_add_pd(_mm512_loadu_pd(acc), _mm512_cvtps_pd(_mm512_castps512_ps256(products)));
+    const __m512d hi = _mm512_add_pd(_mm512_loadu_pd(acc + 8), _mm512_cvtps_pd(_mm512_extractf32x8_ps(products, 1)));
+    _mm512_storeu_pd(acc, lo);
+    _mm512_storeu_pd(acc + 8, hi);
+}
+
+/* dx of one vector of a per-channel row; the sums' products only where they can be non-zero
+   (below or above the grid, or g not finite), added in row order per position. */
+static inline void channel_step16(__m512 gv, __m512 xv, float *dx, __m512 nmin, __m512 nmax,
+                                  double *acc_min, double *acc_max) {
+    _mm512_storeu_ps(dx, _mm512_mul_ps(gv, as_one(between16(xv, nmin, nmax))));
+    const __mmask16 below = _mm512_cmp_ps_mask(xv, nmin, _CMP_LT_OQ);
+    const __mmask16 above = _mm512_cmp_ps_mask(xv, nmax, _CMP_GT_OQ);
+    if ((below | above | _mm512_fpclass_ps_mask(gv, FQ_NOT_FINITE)) == 0) return;
+    add_to_positions(_mm512_mul_ps(gv, as_one(below)), acc_min);
+    add_to_positions(_mm512_mul_ps(gv, as_one(above)), acc_max);
+}
+
+/* Row by row: several rows at a time would share the grid loads, but g, x and dx of each are
+   three streams, and more than a few streams outrun the prefetchers (measured slower). */
 static void channel_mask_sums__avx512(const float *g, const float *x, float *dx, size_t rows,
-                                      const fq_grid_table *t, size_t p0, size_t p1,
+                                      const fq_grid_table *table, size_t p0, size_t p1,
                                       double *acc_min, double *acc_max) {
-    const size_t period = t->period;
-    for (size_t r0 = 0; r0 < rows; r0 += FQ_ROW_BLOCK) {
-        const size_t r1 = rows - r0 < FQ_ROW_BLOCK ? rows : r0 + FQ_ROW_BLOCK;
+    const fq_grid_table grids = *table, *t = &grids; /* a local copy: stores cannot change it */
+    for (size_t r = 0; r < rows; ++r) {
+        const size_t base = r * t->period;
         size_t p = p0;
-        for (; p + 16 <= p1; p += 16) {
-            const __m512 nmin = _mm512_loadu_ps(t->nudged_min + p);
-            const __m512 nmax = _mm512_loadu_ps(t->nudged_max + p);
-            __m512d acc[4] = {_mm512_loadu_pd(acc_min + p), _mm512_loadu_pd(acc_min + p + 8),
-                              _mm512_loadu_pd(acc_max + p), _mm512_loadu_pd(acc_max + p + 8)};
-            for (size_t run = r0; run < r1; run += FQ_SUM_RUN) {
-                const size_t count = r1 - run < FQ_SUM_RUN ? r1 - run : FQ_SUM_RUN;
-                const size_t i = run * period + p;
-                run_of_vectors(g + i, x + i, dx + i, count, period, nmin, nmax, acc);
-            }
-            store_lanes(acc, acc_min + p, acc_max + p);
-        }
-        for (; p < p1; ++p)
-            for (size_t run = r0; run < r1; run += FQ_SUM_RUN)
-                fq_channel_run(g, x, dx, t, p, run, r1 - run < FQ_SUM_RUN ? r1 : run + FQ_SUM_RUN,
-                               acc_min, acc_max);
+        for (; p + 16 <= p1; p += 16)
+            channel_step16(_mm512_loadu_ps(g + base + p), _mm512_loadu_ps(x + base + p), dx + base + p,
+                           _mm512_loadu_ps(t->nudged_min + p), _mm512_loadu_ps(t->nudged_max + p),
+                           acc_min + p, acc_max + p);
+        fq_channel_row(g + base, x + base, dx + base, t, p, p1, acc_min, acc_max);
     }
 }
 

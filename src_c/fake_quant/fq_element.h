@@ -58,20 +58,24 @@ static inline void fq_flush_runs(float run_min[FQ_SUM_LANES], float run_max[FQ_S
     }
 }
 
-/* One position of a per-channel gradient over rows [r0, r1) (one run): dx, and the run's float32
-   sums added into the position's float64 accumulators. */
-static inline void fq_channel_run(const float *g, const float *x, float *dx, const fq_grid_table *t,
-                                  size_t p, size_t r0, size_t r1, double *acc_min, double *acc_max) {
-    float run_min = 0.0f, run_max = 0.0f;
-    for (size_t r = r0; r < r1; ++r) {
-        const size_t i = r * t->period + p;
+/* Positions [p0, p1) of one row of a per-channel gradient: dx, and the products added in float64
+   into the positions' accumulators. */
+static inline void fq_channel_row(const float *g, const float *x, float *dx, const fq_grid_table *t,
+                                  size_t p0, size_t p1, double *acc_min, double *acc_max) {
+    for (size_t p = p0; p < p1; ++p) {
         float to_min, to_max;
-        dx[i] = fq_element_grad(g[i], x[i], t->nudged_min[p], t->nudged_max[p], &to_min, &to_max);
-        run_min += to_min;
-        run_max += to_max;
+        dx[p] = fq_element_grad(g[p], x[p], t->nudged_min[p], t->nudged_max[p], &to_min, &to_max);
+        acc_min[p] += (double)to_min;
+        acc_max[p] += (double)to_max;
     }
-    acc_min[p] += (double)run_min;
-    acc_max[p] += (double)run_max;
+}
+
+/* Positions [p0, p1) of one row of a per-channel forward. */
+static inline void fq_channel_forward_row(const float *x, float *out, const fq_grid_table *t,
+                                          size_t p0, size_t p1) {
+    for (size_t p = p0; p < p1; ++p)
+        out[p] = fq_element_mul(x[p], t->nudged_min[p], t->nudged_max[p], t->inv_scale[p],
+                                t->quant_zero[p], t->scale[p]);
 }
 
 #endif

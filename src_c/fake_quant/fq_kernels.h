@@ -47,8 +47,8 @@ typedef struct {
     /* Per-channel forward (multiplying) over `rows` periods. */
     void (*channel_forward)(const float *x, float *out, size_t rows, const fq_grid_table *table,
                             size_t p0, size_t p1);
-    /* Per-channel mask and sums: rows form runs of FQ_SUM_RUN from the call's first row; a
-       position's products are added in float32 over a run, then into acc_min[p] / acc_max[p]. */
+    /* Per-channel mask and sums: position p's products are added, row by row, in float64 into
+       acc_min[p] / acc_max[p] (a row whose products at p are +-0 may be skipped). */
     void (*channel_mask_sums)(const float *g, const float *x, float *dx, size_t rows,
                               const fq_grid_table *table, size_t p0, size_t p1, double *acc_min,
                               double *acc_max);

@@ -1,4 +1,4 @@
-/* NEON (AArch64 Advanced SIMD) fake-quant kernels (4 lanes); bit-identical to fq_scalar.c, sum lane order included. */
+/* NEON (AArch64) fake-quant kernels (4 lanes); bit-identical to fq_scalar.c, including the sum order. */
 #if !defined(__aarch64__)
 #error "fq_neon.c is for AArch64 only (Advanced SIMD with float64 lanes, vrndmq_f32, vdivq_f32)"
 #endif
@@ -105,164 +105,167 @@ static void mask__neon(const float *g, const float *x, float *dx, size_t n, cons
         vst1q_f32(dx + i + 12, d);
     }
     for (; i + 4 <= n; i += 4) vst1q_f32(dx + i, mask4(g + i, x + i, nmin, nmax));
-    for (; i < n; ++i) dx[i] = g[i] * fq_between(x[i], grid->nudged_min, grid->nudged_max);
+    for (; i < n; ++i) dx[i] = fq_element_mask(g[i], x[i], grid->nudged_min, grid->nudged_max);
 }
 
-/* Adds the 4 products of one vector into 4 float64 lanes (two 2-lane accumulators), in lane order. */
-static inline void add_to_lanes(float32x4_t products, float64x2_t *lo, float64x2_t *hi) {
-    *lo = vaddq_f64(*lo, vcvt_f64_f32(vget_low_f32(products)));
-    *hi = vaddq_f64(*hi, vcvt_high_f64_f32(products));
+/* A 4-lane float32 run of each sum, added as a whole into float64 lanes (fq_kernels.h). */
+static inline void flush_run(float32x4_t run_min, float32x4_t run_max, double *lanes_min,
+                             double *lanes_max) {
+    vst1q_f64(lanes_min, vaddq_f64(vld1q_f64(lanes_min), vcvt_f64_f32(vget_low_f32(run_min))));
+    vst1q_f64(lanes_min + 2, vaddq_f64(vld1q_f64(lanes_min + 2), vcvt_high_f64_f32(run_min)));
+    vst1q_f64(lanes_max, vaddq_f64(vld1q_f64(lanes_max), vcvt_f64_f32(vget_low_f32(run_max))));
+    vst1q_f64(lanes_max + 2, vaddq_f64(vld1q_f64(lanes_max + 2), vcvt_high_f64_f32(run_max)));
 }
 
-/* All lanes set when x is inside the grid and g is finite: such a lane's sum products are +-0,
-   which leave a float64 sum that started at +0 unchanged, so they may be skipped. */
+/* Set in every lane where x is inside the grid and g is finite: there both sum products are +-0. */
 static inline uint32x4_t quiet4(float32x4_t g, uint32x4_t inside) {
     return vandq_u32(inside, vcaltq_f32(g, vdupq_n_f32(INFINITY))); /* |g| < inf: false for NaN */
 }
 
-/* dx for 4 elements and, unless the vector is quiet, the products entering both sums. */
-static inline void grad4(const float *g, const float *x, float *dx, float32x4_t nmin, float32x4_t nmax,
-                         float64x2_t *min_lo, float64x2_t *min_hi, float64x2_t *max_lo,
-                         float64x2_t *max_hi) {
-    const float32x4_t gv = vld1q_f32(g), xv = vld1q_f32(x);
-    const uint32x4_t inside = between4(xv, nmin, nmax);
-    vst1q_f32(dx, vmulq_f32(gv, as_one(inside)));
-    if (vminvq_u32(quiet4(gv, inside)) == 0xffffffffu) return;
-    add_to_lanes(vmulq_f32(gv, as_one(vcltq_f32(xv, nmin))), min_lo, min_hi);
-    add_to_lanes(vmulq_f32(gv, as_one(vcgtq_f32(xv, nmax))), max_lo, max_hi);
-}
-
-/* 16 elements (one row of the 16 sum lanes) at once: one test decides whether the whole group is
-   quiet, which is the common case inside the grid. */
-static inline void grad16(const float *g, const float *x, float *dx, float32x4_t nmin,
-                          float32x4_t nmax, float64x2_t mn[8], float64x2_t mx[8]) {
+/* dx of `vectors` (1 to 4) consecutive vectors, and unless all of them are quiet, their exact
+   products g * (x < nmin), g * (x > nmax) added into the float32 runs run_min[k], run_max[k].
+   Skipping quiet vectors keeps the bits: their products are +-0, which leave a non-zero run as it
+   is and can change only the sign of a zero run, invisible once added into a float64 lane (which
+   starts at +0 and so is never -0). Everything comes from registers loaded once, so dx may be the
+   same array as g or x (a second pass over memory would read dx). Returns 1 when products were
+   added. */
+static inline int step(const float *g, const float *x, float *dx, int vectors,
+                       const float32x4_t *nmin, const float32x4_t *nmax, float32x4_t *run_min,
+                       float32x4_t *run_max) {
     float32x4_t gv[4], xv[4];
-    uint32x4_t inside[4];
-    for (int k = 0; k < 4; ++k) {
+    uint32x4_t quiet = vdupq_n_u32(0xffffffffu);
+    for (int k = 0; k < vectors; ++k) {
         gv[k] = vld1q_f32(g + 4 * k);
         xv[k] = vld1q_f32(x + 4 * k);
-        inside[k] = between4(xv[k], nmin, nmax);
-        vst1q_f32(dx + 4 * k, vmulq_f32(gv[k], as_one(inside[k])));
+        const uint32x4_t inside = between4(xv[k], nmin[k], nmax[k]);
+        vst1q_f32(dx + 4 * k, vmulq_f32(gv[k], as_one(inside)));
+        quiet = vandq_u32(quiet, quiet4(gv[k], inside));
     }
-    const uint32x4_t quiet = vandq_u32(vandq_u32(quiet4(gv[0], inside[0]), quiet4(gv[1], inside[1])),
-                                       vandq_u32(quiet4(gv[2], inside[2]), quiet4(gv[3], inside[3])));
-    if (vminvq_u32(quiet) == 0xffffffffu) return;
-    for (int k = 0; k < 4; ++k) {
-        add_to_lanes(vmulq_f32(gv[k], as_one(vcltq_f32(xv[k], nmin))), &mn[2 * k], &mn[2 * k + 1]);
-        add_to_lanes(vmulq_f32(gv[k], as_one(vcgtq_f32(xv[k], nmax))), &mx[2 * k], &mx[2 * k + 1]);
+    if (vminvq_u32(quiet) == 0xffffffffu) return 0;
+    for (int k = 0; k < vectors; ++k) {
+        run_min[k] = vaddq_f32(run_min[k], vmulq_f32(gv[k], as_one(vcltq_f32(xv[k], nmin[k]))));
+        run_max[k] = vaddq_f32(run_max[k], vmulq_f32(gv[k], as_one(vcgtq_f32(xv[k], nmax[k]))));
     }
+    return 1;
+}
+
+static inline void zero_runs(float32x4_t *run_min, float32x4_t *run_max) {
+    for (int k = 0; k < 4; ++k) run_min[k] = run_max[k] = vdupq_n_f32(0.0f);
 }
 
 static void mask_sums__neon(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid,
                             double lanes_min[FQ_SUM_LANES], double lanes_max[FQ_SUM_LANES]) {
-    const float32x4_t nmin = vdupq_n_f32(grid->nudged_min), nmax = vdupq_n_f32(grid->nudged_max);
-    float64x2_t mn[8], mx[8]; /* accumulator j holds sum lanes 2j and 2j + 1 */
-    for (int j = 0; j < 8; ++j) {
-        mn[j] = vld1q_f64(lanes_min + 2 * j);
-        mx[j] = vld1q_f64(lanes_max + 2 * j);
+    float32x4_t nmin[4], nmax[4], run_min[4], run_max[4];
+    for (int k = 0; k < 4; ++k) {
+        nmin[k] = vdupq_n_f32(grid->nudged_min);
+        nmax[k] = vdupq_n_f32(grid->nudged_max);
     }
     size_t i = 0;
-    for (; i + FQ_SUM_LANES <= n; i += FQ_SUM_LANES) grad16(g + i, x + i, dx + i, nmin, nmax, mn, mx);
-    for (int j = 0; j < 8; ++j) {
-        vst1q_f64(lanes_min + 2 * j, mn[j]);
-        vst1q_f64(lanes_max + 2 * j, mx[j]);
+    /* Whole runs: FQ_SUM_RUN rows of the 16 lanes, each row four vectors (lanes 4k..4k+3). */
+    for (; i + FQ_SUM_RUN_ELEMENTS <= n; i += FQ_SUM_RUN_ELEMENTS) {
+        zero_runs(run_min, run_max);
+        int touched = 0;
+        for (size_t r = 0; r < FQ_SUM_RUN; ++r) {
+            const size_t at = i + r * FQ_SUM_LANES;
+            touched |= step(g + at, x + at, dx + at, 4, nmin, nmax, run_min, run_max);
+        }
+        if (touched)
+            for (int k = 0; k < 4; ++k)
+                flush_run(run_min[k], run_max[k], lanes_min + 4 * k, lanes_max + 4 * k);
+    }
+    if (i == n) return;
+    /* The last, partial run: whole rows, whole vectors (lane-aligned, as i % 16 == 0 here), then
+       single elements, all into one run. */
+    zero_runs(run_min, run_max);
+    for (; i + FQ_SUM_LANES <= n; i += FQ_SUM_LANES)
+        step(g + i, x + i, dx + i, 4, nmin, nmax, run_min, run_max);
+    for (int k = 0; i + 4 <= n; i += 4, ++k)
+        step(g + i, x + i, dx + i, 1, nmin, nmax, &run_min[k], &run_max[k]);
+    float tail_min[FQ_SUM_LANES], tail_max[FQ_SUM_LANES];
+    for (int k = 0; k < 4; ++k) {
+        vst1q_f32(tail_min + 4 * k, run_min[k]);
+        vst1q_f32(tail_max + 4 * k, run_max[k]);
     }
     for (; i < n; ++i) {
         float to_min, to_max;
         dx[i] = fq_element_grad(g[i], x[i], grid->nudged_min, grid->nudged_max, &to_min, &to_max);
-        lanes_min[i % FQ_SUM_LANES] += (double)to_min;
-        lanes_max[i % FQ_SUM_LANES] += (double)to_max;
+        tail_min[i % FQ_SUM_LANES] += to_min;
+        tail_max[i % FQ_SUM_LANES] += to_max;
     }
+    fq_flush_runs(tail_min, tail_max, lanes_min, lanes_max);
 }
 
-/* Per-channel kernels walk FQ_ROW_BLOCK rows at a time, positions inside: each row stays a
-   sequential stream, and a position's grid (and sums) are loaded once per block of rows. A
-   position's sum is still added row by row, whatever the vector width, so the bits match scalar. */
-#define FQ_ROW_BLOCK 8
-
-static void channel_forward__neon(const float *x, float *out, size_t rows, const fq_grid_table *t,
+/* Per-channel kernels walk rows in order, positions inside: sequential streams for the
+   prefetchers, and the grids of a period stay in cache. The grid table is copied to a local so
+   that stores to out/dx cannot make the compiler reload its pointers. */
+static void channel_forward__neon(const float *x, float *out, size_t rows, const fq_grid_table *table,
                                   size_t p0, size_t p1) {
-    for (size_t r0 = 0; r0 < rows; r0 += FQ_ROW_BLOCK) {
-        const size_t r1 = rows - r0 < FQ_ROW_BLOCK ? rows : r0 + FQ_ROW_BLOCK;
+    const fq_grid_table grids = *table, *t = &grids;
+    for (size_t r = 0; r < rows; ++r) {
+        const float *xr = x + r * t->period;
+        float *outr = out + r * t->period;
         size_t p = p0;
         for (; p + 16 <= p1; p += 16) {
+            const float32x4_t a = vld1q_f32(xr + p), b = vld1q_f32(xr + p + 4);
+            const float32x4_t c = vld1q_f32(xr + p + 8), d = vld1q_f32(xr + p + 12);
             const grid4 q0 = load_grid(t, p), q1 = load_grid(t, p + 4);
             const grid4 q2 = load_grid(t, p + 8), q3 = load_grid(t, p + 12);
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                vst1q_f32(out + i, forward_mul4(vld1q_f32(x + i), &q0));
-                vst1q_f32(out + i + 4, forward_mul4(vld1q_f32(x + i + 4), &q1));
-                vst1q_f32(out + i + 8, forward_mul4(vld1q_f32(x + i + 8), &q2));
-                vst1q_f32(out + i + 12, forward_mul4(vld1q_f32(x + i + 12), &q3));
-            }
+            vst1q_f32(outr + p, forward_mul4(a, &q0));
+            vst1q_f32(outr + p + 4, forward_mul4(b, &q1));
+            vst1q_f32(outr + p + 8, forward_mul4(c, &q2));
+            vst1q_f32(outr + p + 12, forward_mul4(d, &q3));
         }
         for (; p + 4 <= p1; p += 4) {
             const grid4 q = load_grid(t, p);
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                vst1q_f32(out + i, forward_mul4(vld1q_f32(x + i), &q));
-            }
+            vst1q_f32(outr + p, forward_mul4(vld1q_f32(xr + p), &q));
         }
-        for (; p < p1; ++p)
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                out[i] = fq_element_mul(x[i], t->nudged_min[p], t->nudged_max[p], t->inv_scale[p],
-                                        t->quant_zero[p], t->scale[p]);
-            }
+        fq_channel_forward_row(xr, outr, t, p, p1);
+    }
+}
+
+/* Adds 4 products into the float64 accumulators of 4 positions. */
+static inline void add_to_positions(float32x4_t products, double *acc) {
+    vst1q_f64(acc, vaddq_f64(vld1q_f64(acc), vcvt_f64_f32(vget_low_f32(products))));
+    vst1q_f64(acc + 2, vaddq_f64(vld1q_f64(acc + 2), vcvt_high_f64_f32(products)));
+}
+
+/* dx of positions [p, p + 4 * vectors) of one row, and unless they are all quiet, their products
+   added in float64 into the positions' accumulators (skipping +-0 products keeps the bits, as the
+   accumulators start at +0 and so are never -0). g and x are loaded once: dx may alias them. */
+static inline void channel_step(const float *g, const float *x, float *dx, const fq_grid_table *t,
+                                size_t p, int vectors, double *acc_min, double *acc_max) {
+    float32x4_t gv[4], xv[4], nmin[4], nmax[4];
+    uint32x4_t quiet = vdupq_n_u32(0xffffffffu);
+    for (int k = 0; k < vectors; ++k) {
+        const size_t at = p + 4 * (size_t)k;
+        gv[k] = vld1q_f32(g + at);
+        xv[k] = vld1q_f32(x + at);
+        nmin[k] = vld1q_f32(t->nudged_min + at);
+        nmax[k] = vld1q_f32(t->nudged_max + at);
+        const uint32x4_t inside = between4(xv[k], nmin[k], nmax[k]);
+        vst1q_f32(dx + at, vmulq_f32(gv[k], as_one(inside)));
+        quiet = vandq_u32(quiet, quiet4(gv[k], inside));
+    }
+    if (vminvq_u32(quiet) == 0xffffffffu) return;
+    for (int k = 0; k < vectors; ++k) {
+        const size_t at = p + 4 * (size_t)k;
+        add_to_positions(vmulq_f32(gv[k], as_one(vcltq_f32(xv[k], nmin[k]))), acc_min + at);
+        add_to_positions(vmulq_f32(gv[k], as_one(vcgtq_f32(xv[k], nmax[k]))), acc_max + at);
     }
 }
 
 static void channel_mask_sums__neon(const float *g, const float *x, float *dx, size_t rows,
-                                    const fq_grid_table *t, size_t p0, size_t p1, double *acc_min,
+                                    const fq_grid_table *table, size_t p0, size_t p1, double *acc_min,
                                     double *acc_max) {
-    for (size_t r0 = 0; r0 < rows; r0 += FQ_ROW_BLOCK) {
-        const size_t r1 = rows - r0 < FQ_ROW_BLOCK ? rows : r0 + FQ_ROW_BLOCK;
+    const fq_grid_table grids = *table, *t = &grids;
+    for (size_t r = 0; r < rows; ++r) {
+        const size_t base = r * t->period;
+        const float *gr = g + base, *xr = x + base;
+        float *dxr = dx + base;
         size_t p = p0;
-        for (; p + 16 <= p1; p += 16) {
-            float32x4_t nmin[4], nmax[4];
-            float64x2_t mn[8], mx[8]; /* accumulator j holds positions p + 2j, p + 2j + 1 */
-            for (int k = 0; k < 4; ++k) {
-                nmin[k] = vld1q_f32(t->nudged_min + p + 4 * k);
-                nmax[k] = vld1q_f32(t->nudged_max + p + 4 * k);
-            }
-            for (int j = 0; j < 8; ++j) {
-                mn[j] = vld1q_f64(acc_min + p + 2 * j);
-                mx[j] = vld1q_f64(acc_max + p + 2 * j);
-            }
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                for (int k = 0; k < 4; ++k)
-                    grad4(g + i + 4 * k, x + i + 4 * k, dx + i + 4 * k, nmin[k], nmax[k],
-                          &mn[2 * k], &mn[2 * k + 1], &mx[2 * k], &mx[2 * k + 1]);
-            }
-            for (int j = 0; j < 8; ++j) {
-                vst1q_f64(acc_min + p + 2 * j, mn[j]);
-                vst1q_f64(acc_max + p + 2 * j, mx[j]);
-            }
-        }
-        for (; p + 4 <= p1; p += 4) {
-            const float32x4_t nmin = vld1q_f32(t->nudged_min + p);
-            const float32x4_t nmax = vld1q_f32(t->nudged_max + p);
-            float64x2_t min_lo = vld1q_f64(acc_min + p), min_hi = vld1q_f64(acc_min + p + 2);
-            float64x2_t max_lo = vld1q_f64(acc_max + p), max_hi = vld1q_f64(acc_max + p + 2);
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                grad4(g + i, x + i, dx + i, nmin, nmax, &min_lo, &min_hi, &max_lo, &max_hi);
-            }
-            vst1q_f64(acc_min + p, min_lo);
-            vst1q_f64(acc_min + p + 2, min_hi);
-            vst1q_f64(acc_max + p, max_lo);
-            vst1q_f64(acc_max + p + 2, max_hi);
-        }
-        for (; p < p1; ++p)
-            for (size_t r = r0; r < r1; ++r) {
-                const size_t i = r * t->period + p;
-                float to_min, to_max;
-                dx[i] = fq_element_grad(g[i], x[i], t->nudged_min[p], t->nudged_max[p], &to_min,
-                                        &to_max);
-                acc_min[p] += (double)to_min;
-                acc_max[p] += (double)to_max;
-            }
+        for (; p + 16 <= p1; p += 16) channel_step(gr, xr, dxr, t, p, 4, acc_min, acc_max);
+        for (; p + 4 <= p1; p += 4) channel_step(gr, xr, dxr, t, p, 1, acc_min, acc_max);
+        fq_channel_row(gr, xr, dxr, t, p, p1, acc_min, acc_max);
     }
 }
 

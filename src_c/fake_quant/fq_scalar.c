@@ -31,22 +31,16 @@ static void mask_sums__scalar(const float *g, const float *x, float *dx, size_t 
 
 static void channel_forward__scalar(const float *x, float *out, size_t rows,
                                     const fq_grid_table *t, size_t p0, size_t p1) {
-    for (size_t r = 0; r < rows; ++r) {
-        const float *xr = x + r * t->period;
-        float *outr = out + r * t->period;
-        for (size_t p = p0; p < p1; ++p)
-            outr[p] = fq_element_mul(xr[p], t->nudged_min[p], t->nudged_max[p], t->inv_scale[p],
-                                     t->quant_zero[p], t->scale[p]);
-    }
+    for (size_t r = 0; r < rows; ++r)
+        fq_channel_forward_row(x + r * t->period, out + r * t->period, t, p0, p1);
 }
 
 static void channel_mask_sums__scalar(const float *g, const float *x, float *dx, size_t rows,
                                       const fq_grid_table *t, size_t p0, size_t p1,
                                       double *acc_min, double *acc_max) {
-    for (size_t r0 = 0; r0 < rows; r0 += FQ_SUM_RUN) {
-        const size_t r1 = rows - r0 < FQ_SUM_RUN ? rows : r0 + FQ_SUM_RUN;
-        for (size_t p = p0; p < p1; ++p)
-            fq_channel_run(g, x, dx, t, p, r0, r1, acc_min, acc_max);
+    for (size_t r = 0; r < rows; ++r) {
+        const size_t base = r * t->period;
+        fq_channel_row(g + base, x + base, dx + base, t, p0, p1, acc_min, acc_max);
     }
 }
 
