@@ -38,11 +38,11 @@ def _array(value, name):
 
 
 def _flat(array):
-    """A 1-D, C-contiguous, aligned view of `array` (a copy only when the layout needs one)."""
-    flags = array.flags
-    if flags.c_contiguous and flags.aligned:
+    """A 1-D, C-contiguous, aligned view of `array`; reshape copies only when the layout needs it.
+    A misaligned buffer is copied: C compilers may assume float pointers are 4-byte aligned."""
+    if array.flags.aligned:
         return array.reshape(-1)
-    return np.ascontiguousarray(array).reshape(-1)
+    return array.copy().reshape(-1)
 
 
 def _output(out, shape, inputs):
@@ -62,7 +62,8 @@ def _unshare(flat_inputs, overlapping):
     """Copies inputs that partly overlap `out`; an input that *is* out is safe to overwrite in place."""
     if not overlapping:
         return flat_inputs
-    return [f.copy() if any(np.may_share_memory(f, o) for o in overlapping) else f for f in flat_inputs]
+    return tuple(f.copy() if any(np.may_share_memory(f, o) for o in overlapping) else f
+                 for f in flat_inputs)
 
 
 def _num_bits(num_bits):
@@ -158,7 +159,7 @@ def fake_quant_with_min_max_args(inputs, min=-6.0, max=6.0, num_bits=8, narrow_r
     lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, overlapping = _output(out, inputs.shape, (inputs,))
-    (x,) = _unshare([_flat(inputs)], overlapping)
+    (x,) = _unshare((_flat(inputs),), overlapping)
     if not _kernels.args_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range):
         raise _range_error(lo, hi)
     return result
@@ -172,7 +173,7 @@ def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6.0, max=6.0, 
     lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, overlapping = _output(out, inputs.shape, (gradients, inputs))
-    g, x = _unshare([_flat(gradients), _flat(inputs)], overlapping)
+    g, x = _unshare((_flat(gradients), _flat(inputs)), overlapping)
     if not _kernels.args_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range):
         raise _range_error(lo, hi)
     return result
@@ -184,7 +185,7 @@ def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=Fals
     lo, hi = _scalar(min, "min"), _scalar(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, overlapping = _output(out, inputs.shape, (inputs,))
-    (x,) = _unshare([_flat(inputs)], overlapping)
+    (x,) = _unshare((_flat(inputs),), overlapping)
     _kernels.vars_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
     return result
 
@@ -198,7 +199,7 @@ def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=
     lo, hi = _scalar(min, "min"), _scalar(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, overlapping = _output(out, inputs.shape, (gradients, inputs))
-    g, x = _unshare([_flat(gradients), _flat(inputs)], overlapping)
+    g, x = _unshare((_flat(gradients), _flat(inputs)), overlapping)
     sums = np.empty(2, _FLOAT32)
     _kernels.vars_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range, sums)
     return FakeQuantWithMinMaxVarsGradient(result, sums[0], sums[1])
@@ -212,7 +213,7 @@ def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narro
     lo, hi = _channel_range(min, "min", channels), _channel_range(max, "max", channels)
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, overlapping = _output(out, inputs.shape, (inputs,))
-    (x,) = _unshare([_flat(inputs)], overlapping)
+    (x,) = _unshare((_flat(inputs),), overlapping)
     _kernels.channel_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
     return result
 
@@ -227,7 +228,7 @@ def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, ma
     lo, hi = _channel_range(min, "min", channels), _channel_range(max, "max", channels)
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, overlapping = _output(out, inputs.shape, (gradients, inputs))
-    g, x = _unshare([_flat(gradients), _flat(inputs)], overlapping)
+    g, x = _unshare((_flat(gradients), _flat(inputs)), overlapping)
     dmin, dmax = np.empty(channels, _FLOAT32), np.empty(channels, _FLOAT32)
     _kernels.channel_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range, dmin, dmax)
     return FakeQuantWithMinMaxVarsPerChannelGradient(result, dmin, dmax)

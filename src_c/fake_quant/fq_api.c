@@ -161,7 +161,7 @@ fq_status fq_f32_vars_grad(const float *g, const float *x, float *dx, size_t n, 
     if (dmin == NULL || dmax == NULL) return FQ_ERR_NULL_POINTER;
     const fq_fpenv saved = fq_fpenv_enter();
     if (fq_range_is_zero(min, max)) {
-        if (n > 0) memcpy(dx, g, n * sizeof(float));
+        if (n > 0 && dx != g) memcpy(dx, g, n * sizeof(float));
         *dmin = 0.0f;
         *dmax = 0.0f;
         fq_fpenv_leave(saved);
@@ -351,16 +351,46 @@ static size_t channel_sum_blocks(size_t n, size_t period, size_t rows) {
 
 /* Per-channel sums: row blocks (fixed by the shape) of float64 partials per position, folded per
    channel in block order, then position order. */
+/* TF passes g through unchanged on all-zero channels. dx may be g itself, which the kernels
+   overwrite, so those channels' g is gathered first (they are rare: only then is memory spent). */
+static float *save_zero_channels(const channel_setup *s, const float *g, size_t n, size_t channels) {
+    size_t zero = 0;
+    for (size_t c = 0; c < channels; ++c) zero += s->zero_channel[c];
+    float *saved = malloc((n / channels) * zero * sizeof(float) + 1);
+    if (saved == NULL) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += channels)
+        for (size_t c = 0; c < channels; ++c)
+            if (s->zero_channel[c]) saved[k++] = g[i + c];
+    return saved;
+}
+
+static void restore_zero_channels(const channel_setup *s, const float *saved, float *dx, size_t n,
+                                  size_t channels) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += channels)
+        for (size_t c = 0; c < channels; ++c)
+            if (s->zero_channel[c]) dx[i + c] = saved[k++];
+}
+
 static fq_status channel_grad(const channel_setup *s, const float *g, const float *x, float *dx,
                               size_t n, size_t channels, float *dmin, float *dmax) {
     const size_t period = s->table.period, rows = n / period, rest = n % period;
+    float *saved = NULL;
+    if (s->any_zero_channel) {
+        saved = save_zero_channels(s, g, n, channels);
+        if (saved == NULL) return FQ_ERR_NO_MEMORY;
+    }
     const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
     const size_t acc_stride = skewed_stride(period, sizeof(double));
     channel_job job = {active_kernels(), g, x, dx, &s->table, 0, 0, 0, 0, NULL, acc_stride};
     plan_channel_job(&job, rows, channel_sum_blocks(n, period, rows), threads);
     const size_t blocks = rows > 0 ? ceil_div(rows, job.row_chunk) : 1;
     job.partials = calloc(blocks * 2 * acc_stride, sizeof(double));
-    if (job.partials == NULL) return FQ_ERR_NO_MEMORY;
+    if (job.partials == NULL) {
+        free(saved);
+        return FQ_ERR_NO_MEMORY;
+    }
     if (rows > 0) fq_parallel_for(threads, blocks * job.col_chunks, channel_grad_item, &job);
     /* The partial last period comes after every whole row, so it joins the last block. */
     double *last = job.partials + (blocks - 1) * 2 * acc_stride;
@@ -376,13 +406,11 @@ static fq_status channel_grad(const channel_setup *s, const float *g, const floa
                 sum_max += acc[acc_stride + p];
             }
         }
-        dmin[c] = (float)sum_min;
-        dmax[c] = (float)sum_max;
-        if (s->zero_channel[c]) {
-            dmin[c] = dmax[c] = 0.0f;
-            for (size_t i = c; i < n; i += channels) dx[i] = g[i];
-        }
+        dmin[c] = s->zero_channel[c] ? 0.0f : (float)sum_min;
+        dmax[c] = s->zero_channel[c] ? 0.0f : (float)sum_max;
     }
+    if (saved != NULL) restore_zero_channels(s, saved, dx, n, channels);
+    free(saved);
     free(job.partials);
     return FQ_OK;
 }

@@ -80,23 +80,19 @@ static inline void add_to_lanes(__m256 runs, __m256d *lo, __m256d *hi) {
     *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(runs, 1)));
 }
 
-/* dx of 8 elements; returns a lane mask (movemask bits) of lanes whose sum products may be
-   non-zero: outside the grid, or a g that is not finite (inside with finite g, they are +-0). */
-static inline int dx8(const float *g, const float *x, float *dx, __m256 nmin, __m256 nmax) {
-    const __m256 gv = _mm256_loadu_ps(g);
-    const __m256 inside = between8(_mm256_loadu_ps(x), nmin, nmax);
+/* dx of 8 elements and their products g * (x < nmin), g * (x > nmax); returns a lane mask
+   (movemask bits) of lanes whose products may be non-zero: outside the grid, or g not finite.
+   g and x are read once, before dx is stored: dx may be g or x itself. */
+static inline int grad8(const float *g, const float *x, float *dx, __m256 nmin, __m256 nmax,
+                        __m256 *to_min, __m256 *to_max) {
+    const __m256 gv = _mm256_loadu_ps(g), xv = _mm256_loadu_ps(x);
+    const __m256 inside = between8(xv, nmin, nmax);
+    *to_min = _mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmin, _CMP_LT_OQ)));
+    *to_max = _mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmax, _CMP_GT_OQ)));
     _mm256_storeu_ps(dx, _mm256_mul_ps(gv, as_one(inside)));
     const __m256 abs_g = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
     const __m256 finite = _mm256_cmp_ps(abs_g, _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
     return _mm256_movemask_ps(_mm256_and_ps(inside, finite)) ^ 0xff;
-}
-
-/* Adds the 8 products g * (x < nmin) and g * (x > nmax) into float32 runs. */
-static inline void products8(const float *g, const float *x, __m256 nmin, __m256 nmax,
-                             __m256 *run_min, __m256 *run_max) {
-    const __m256 gv = _mm256_loadu_ps(g), xv = _mm256_loadu_ps(x);
-    *run_min = _mm256_add_ps(*run_min, _mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmin, _CMP_LT_OQ))));
-    *run_max = _mm256_add_ps(*run_max, _mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmax, _CMP_GT_OQ))));
 }
 
 static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid,
@@ -109,15 +105,17 @@ static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n,
     }
     size_t i = 0;
     for (; i + FQ_SUM_RUN_ELEMENTS <= n; i += FQ_SUM_RUN_ELEMENTS) {
-        int needed = 0;
-        for (int k = 0; k < 2 * FQ_SUM_RUN; ++k)
-            needed |= dx8(g + i + 8 * k, x + i + 8 * k, dx + i + 8 * k, nmin, nmax);
-        if (needed == 0) continue;
         /* Lanes 0-7 come from the even vectors of the run, lanes 8-15 from the odd ones. */
         __m256 run_min[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         __m256 run_max[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int k = 0; k < 2 * FQ_SUM_RUN; ++k)
-            products8(g + i + 8 * k, x + i + 8 * k, nmin, nmax, &run_min[k & 1], &run_max[k & 1]);
+        int needed = 0;
+        for (int k = 0; k < 2 * FQ_SUM_RUN; ++k) {
+            __m256 to_min, to_max;
+            needed |= grad8(g + i + 8 * k, x + i + 8 * k, dx + i + 8 * k, nmin, nmax, &to_min, &to_max);
+            run_min[k & 1] = _mm256_add_ps(run_min[k & 1], to_min);
+            run_max[k & 1] = _mm256_add_ps(run_max[k & 1], to_max);
+        }
+        if (needed == 0) continue; /* every product was +-0 */
         for (int h = 0; h < 2; ++h) {
             add_to_lanes(run_min[h], &mn[2 * h], &mn[2 * h + 1]);
             add_to_lanes(run_max[h], &mx[2 * h], &mx[2 * h + 1]);
@@ -139,19 +137,39 @@ static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n,
     fq_flush_runs(run_min, run_max, lanes_min, lanes_max);
 }
 
-/* Per-channel kernels walk row by row: one sequential stream per array, which the prefetchers
-   follow; the grids of a period stay in cache. */
+/* Per-channel kernels walk rows in order; the forward takes FQ_ROWS_PER_GRID rows at a time, so
+   each grid load serves several rows (the grids of a long period do not all stay in L1), and a few
+   sequential streams remain, which the prefetchers follow. */
+#define FQ_ROWS_PER_GRID 4
+
 static void channel_forward__avx2(const float *x, float *out, size_t rows, const fq_grid_table *t,
                                   size_t p0, size_t p1) {
-    for (size_t r = 0; r < rows; ++r) {
-        const float *xr = x + r * t->period;
-        float *outr = out + r * t->period;
+    const size_t period = t->period;
+    const fq_grid_table grids = *t; /* a local copy: stores to out cannot change it */
+    size_t r = 0;
+    for (; r + FQ_ROWS_PER_GRID <= rows; r += FQ_ROWS_PER_GRID) {
+        const float *xr = x + r * period;
+        float *outr = out + r * period;
         size_t p = p0;
         for (; p + 8 <= p1; p += 8) {
-            const grid8 q = load_grid(t, p);
+            const grid8 q = load_grid(&grids, p);
+            __m256 v[FQ_ROWS_PER_GRID];
+            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k) v[k] = _mm256_loadu_ps(xr + k * period + p);
+            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
+                _mm256_storeu_ps(outr + k * period + p, forward_mul8(v[k], &q));
+        }
+        for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
+            fq_channel_forward_row(xr + k * period, outr + k * period, &grids, p, p1);
+    }
+    for (; r < rows; ++r) {
+        const float *xr = x + r * period;
+        float *outr = out + r * period;
+        size_t p = p0;
+        for (; p + 8 <= p1; p += 8) {
+            const grid8 q = load_grid(&grids, p);
             _mm256_storeu_ps(outr + p, forward_mul8(_mm256_loadu_ps(xr + p), &q));
         }
-        fq_channel_forward_row(xr, outr, t, p, p1);
+        fq_channel_forward_row(xr, outr, &grids, p, p1);
     }
 }
 
@@ -164,8 +182,9 @@ static inline void add_to_positions(__m256 products, double *acc) {
 }
 
 static void channel_mask_sums__avx2(const float *g, const float *x, float *dx, size_t rows,
-                                    const fq_grid_table *t, size_t p0, size_t p1, double *acc_min,
-                                    double *acc_max) {
+                                    const fq_grid_table *table, size_t p0, size_t p1,
+                                    double *acc_min, double *acc_max) {
+    const fq_grid_table grids = *table, *t = &grids; /* a local copy: stores cannot change it */
     for (size_t r = 0; r < rows; ++r) {
         const size_t base = r * t->period;
         const float *gr = g + base, *xr = x + base;
@@ -174,11 +193,11 @@ static void channel_mask_sums__avx2(const float *g, const float *x, float *dx, s
         for (; p + 8 <= p1; p += 8) {
             const __m256 nmin = _mm256_loadu_ps(t->nudged_min + p);
             const __m256 nmax = _mm256_loadu_ps(t->nudged_max + p);
+            __m256 to_min, to_max;
             /* Lanes inside with finite g add +-0, which leaves the accumulators unchanged. */
-            if (dx8(gr + p, xr + p, dxr + p, nmin, nmax) == 0) continue;
-            const __m256 gv = _mm256_loadu_ps(gr + p), xv = _mm256_loadu_ps(xr + p);
-            add_to_positions(_mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmin, _CMP_LT_OQ))), acc_min + p);
-            add_to_positions(_mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmax, _CMP_GT_OQ))), acc_max + p);
+            if (grad8(gr + p, xr + p, dxr + p, nmin, nmax, &to_min, &to_max) == 0) continue;
+            add_to_positions(to_min, acc_min + p);
+            add_to_positions(to_max, acc_max + p);
         }
         fq_channel_row(gr, xr, dxr, t, p, p1, acc_min, acc_max);
     }

@@ -125,25 +125,23 @@ static inline run16 empty_run(void) {
     return (run16){_mm512_setzero_ps(), _mm512_setzero_ps(), 0, 0};
 }
 
-/* One whole run (FQ_SUM_RUN_ELEMENTS elements): dx always, the sums added into the float64 lanes
-   unless every product was +-0. */
-static inline void whole_run(const float *g, const float *x, float *dx, __m512 nmin, __m512 nmax,
-                             __m512d acc[4]) {
+/* `count` (<= FQ_SUM_RUN) consecutive vectors of one run: dx, and the run's sums. Inputs are held
+   in registers, never read again after dx is stored: dx may be g or x itself. */
+static inline run16 run_vectors(const float *g, const float *x, float *dx, size_t count,
+                                __m512 nmin, __m512 nmax) {
     __m512 gv[FQ_SUM_RUN], xv[FQ_SUM_RUN];
-    for (int k = 0; k < FQ_SUM_RUN; ++k) {
+    for (size_t k = 0; k < count; ++k) {
         gv[k] = _mm512_loadu_ps(g + 16 * k);
         xv[k] = _mm512_loadu_ps(x + 16 * k);
     }
     run16 run = empty_run();
-    for (int k = 0; k < FQ_SUM_RUN; ++k) step16(gv[k], xv[k], dx + 16 * k, nmin, nmax, &run);
+    for (size_t k = 0; k < count; ++k) step16(gv[k], xv[k], dx + 16 * k, nmin, nmax, &run);
     if (run.not_finite) {
         run = empty_run();
-        for (int k = 0; k < FQ_SUM_RUN; ++k) products16(gv[k], xv[k], nmin, nmax, &run);
-    } else if (run.outside == 0) {
-        return;
+        for (size_t k = 0; k < count; ++k) products16(gv[k], xv[k], nmin, nmax, &run);
+        run.outside = 0xffff;
     }
-    add_to_lanes(run.run_min, &acc[0], &acc[1]);
-    add_to_lanes(run.run_max, &acc[2], &acc[3]);
+    return run;
 }
 
 static void mask_sums__avx512(const float *g, const float *x, float *dx, size_t n,
@@ -153,21 +151,17 @@ static void mask_sums__avx512(const float *g, const float *x, float *dx, size_t 
     __m512d acc[4] = {_mm512_loadu_pd(lanes_min), _mm512_loadu_pd(lanes_min + 8),
                       _mm512_loadu_pd(lanes_max), _mm512_loadu_pd(lanes_max + 8)};
     size_t i = 0;
-    for (; i + FQ_SUM_RUN_ELEMENTS <= n; i += FQ_SUM_RUN_ELEMENTS)
-        whole_run(g + i, x + i, dx + i, nmin, nmax, acc);
+    for (; i + FQ_SUM_RUN_ELEMENTS <= n; i += FQ_SUM_RUN_ELEMENTS) {
+        const run16 run = run_vectors(g + i, x + i, dx + i, FQ_SUM_RUN, nmin, nmax);
+        if (run.outside == 0) continue; /* every product was +-0 */
+        add_to_lanes(run.run_min, &acc[0], &acc[1]);
+        add_to_lanes(run.run_max, &acc[2], &acc[3]);
+    }
     store_lanes(acc, lanes_min, lanes_max);
     if (i == n) return;
     /* The last, partial run: its whole vectors, then its elements, all in one run. */
     const size_t vectors = (n - i) / 16;
-    run16 run = empty_run();
-    for (size_t k = 0; k < vectors; ++k)
-        step16(_mm512_loadu_ps(g + i + 16 * k), _mm512_loadu_ps(x + i + 16 * k), dx + i + 16 * k,
-               nmin, nmax, &run);
-    if (run.not_finite) {
-        run = empty_run();
-        for (size_t k = 0; k < vectors; ++k)
-            products16(_mm512_loadu_ps(g + i + 16 * k), _mm512_loadu_ps(x + i + 16 * k), nmin, nmax, &run);
-    }
+    const run16 run = run_vectors(g + i, x + i, dx + i, vectors, nmin, nmax);
     float run_min[FQ_SUM_LANES], run_max[FQ_SUM_LANES];
     _mm512_storeu_ps(run_min, run.run_min);
     _mm512_storeu_ps(run_max, run.run_max);

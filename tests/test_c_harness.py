@@ -1,0 +1,60 @@
+"""Builds and runs the C kernel harness (tests/c): natively, and for aarch64 (NEON) under qemu-user."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+HARNESS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "c")
+BUILD_TIMEOUT = 600
+RUN_TIMEOUT = 1800  # the aarch64 run is emulated
+
+# CI must exercise NEON: there, missing cross tools fail the aarch64 test instead of skipping it.
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _missing(*tools):
+    return [tool for tool in tools if shutil.which(tool) is None]
+
+
+def _run(command, timeout):
+    """Runs `command` in tests/c with a clean fqcore environment; returns (exit code, output)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FQCORE_ISA", "FQCORE_NUM_THREADS", "MAKEFLAGS", "MFLAGS")}
+    try:
+        proc = subprocess.run(command, cwd=HARNESS_DIR, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        output = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
+        pytest.fail(f"{' '.join(command)} timed out after {timeout} s; output so far:\n{output}")
+    return proc.returncode, proc.stdout
+
+
+def _build_and_run(target, run_command):
+    code, output = _run(["make", target], BUILD_TIMEOUT)
+    assert code == 0, f"`make {target}` in tests/c failed (exit {code}):\n{output}"
+    code, output = _run(run_command, RUN_TIMEOUT)
+    summary = [line for line in output.splitlines() if line.endswith(" failed") and " passed, " in line]
+    assert code == 0, (f"{' '.join(run_command)} exited with {code} "
+                       f"({summary[-1] if summary else 'no summary line'}):\n{output}")
+    assert summary and summary[-1].endswith(" 0 failed"), f"no clean summary line:\n{output}"
+    return output
+
+
+def test_native_kernels_match_scalar():
+    missing = _missing("make", "gcc")
+    if missing:
+        pytest.skip(f"the native C harness needs {', '.join(missing)} on PATH")
+    _build_and_run("native", [os.path.join("build", "test_kernels")])
+
+
+def test_aarch64_neon_kernels_match_scalar_under_qemu():
+    missing = _missing("make", "aarch64-linux-gnu-gcc", "qemu-aarch64")
+    if missing:
+        reason = (f"the aarch64 C harness needs {', '.join(missing)} on PATH "
+                  "(apt-get install gcc-aarch64-linux-gnu qemu-user)")
+        if IN_CI:
+            pytest.fail(f"CI=true: NEON must be tested, but {reason}")
+        pytest.skip(reason)
+    output = _build_and_run("aarch64", ["qemu-aarch64", os.path.join("build", "test_kernels_aarch64")])
+    assert "available: scalar neon" in output, f"NEON was not available under qemu:\n{output}"
