@@ -1,0 +1,589 @@
+"""Times fqcore against numpy's memory-bound ufuncs, TensorFlow and PyTorch in one process; prints markdown tables.
+
+Usage:  python benchmarks/compare.py [--quick] [--json FILE] [--isa NAME] [--sections ...] [--no-torch] [--no-tf]
+
+Every figure is the minimum (--stat median: the median) over repeats of the mean time of a batch of calls (each batch
+lasts at least --sample-ms); the JSON also holds medians. Candidates measured against each other are
+interleaved batch by batch, in alternating order, so drift (turbo, a neighbour's build) hits all alike.
+fqcore writes into out= buffers; TF and PyTorch have no out= for these ops, so their times include
+allocating the result. TF and PyTorch run on one thread (tf.config.threading, torch.set_num_threads).
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import fqcore
+
+OPS = ["args", "args_gradient", "vars", "vars_gradient", "vars_per_channel", "vars_per_channel_gradient"]
+SIZES = [65536, 1048576, 16777216]
+CHANNELS = 128            # per-channel ops on n elements see the shape [n // 128, 128]
+LAYOUTS = [(3, 3, 64, 128), (1024, 1024)]
+SMALL = 16
+THREAD_N = 1048576
+SECTIONS = ["numpy", "layout", "small", "threads", "tf_agreement"]
+LO, HI, NUM_BITS = -6.0, 6.0, 8
+TARGET_RATIO = 1.25       # fqcore time / numpy ufunc time, and per-channel / per-tensor
+TARGET_SMALL_US = 3.0     # one call on 16 elements
+TARGET_SPEEDUP = 1.6      # two threads against one at THREAD_N
+
+
+def is_gradient(op):
+    return op.endswith("gradient")
+
+
+def baseline_name(op):
+    return "np.add(a, b, out=c)" if is_gradient(op) else "np.multiply(a, 2.0, out=c)"
+
+
+def bytes_moved(op, n):
+    return (12 if is_gradient(op) else 8) * n
+
+
+# ---------------------------------------------------------------------------------------------------
+# Timing
+
+
+class Timer:
+    """Interleaved batches of calls; per-call minimum and median over the batches."""
+
+    def __init__(self, repeats, sample_s):
+        self.repeats = repeats
+        self.sample_s = sample_s
+
+    def _calls_per_batch(self, fn):
+        number = 1
+        while True:
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            elapsed = time.perf_counter() - start
+            if elapsed >= 0.2 * self.sample_s or number >= 1 << 20:
+                return max(1, int(round(number * self.sample_s / max(elapsed, 1e-9))))
+            number *= 10
+
+    def measure(self, candidates):
+        """candidates: {name: fn} or {name: (fn, prepare)}; prepare runs before each batch, untimed."""
+        entries = []
+        for name, spec in candidates.items():
+            fn, prepare = spec if isinstance(spec, tuple) else (spec, None)
+            if prepare:
+                prepare()
+            for _ in range(2):  # warm up: page in the output, caches, lazy initialisation
+                fn()
+            entries.append((name, fn, prepare, self._calls_per_batch(fn)))
+        samples = {name: [] for name, _, _, _ in entries}
+        for r in range(self.repeats):
+            for name, fn, prepare, number in (entries if r % 2 == 0 else entries[::-1]):
+                if prepare:
+                    prepare()
+                loop = range(number)
+                start = time.perf_counter()
+                for _ in loop:
+                    fn()
+                samples[name].append((time.perf_counter() - start) / number)
+        return {name: {"min": min(s), "median": statistics.median(s), "batches": len(s),
+                       "calls_per_batch": number}
+                for (name, _, _, number), s in zip(entries, samples.values())}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Optional frameworks (each set to one thread before it does any work)
+
+
+def load_torch(enabled):
+    if not enabled:
+        return None, "disabled with --no-torch"
+    try:
+        import torch
+    except ImportError as error:
+        return None, f"not installed ({error})"
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    return torch, None
+
+
+def load_tf(enabled):
+    if not enabled:
+        return None, "disabled with --no-tf"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+    except ImportError as error:
+        return None, f"not installed ({error})"
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except (RuntimeError, ValueError):
+        pass
+    return tf, None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Workloads
+
+
+class Case:
+    """One input shape: arrays, out= buffers and ranges for fqcore and numpy, tensors for TF/torch."""
+
+    def __init__(self, shape, torch=None, tf=None, seed=20240601, x=None, g=None):
+        rng = np.random.default_rng(seed)
+        self.shape = shape
+        self.n = int(np.prod(shape))
+        # [-8, 8] against [-6, 6]: about one element in eight clipped on each side.
+        self.x = x if x is not None else rng.random(shape, dtype=np.float32) * np.float32(16) - np.float32(8)
+        self.g = g if g is not None else rng.standard_normal(shape, dtype=np.float32)
+        self.out = np.zeros(shape, np.float32)
+        self.c = np.zeros(shape, np.float32)
+        d = shape[-1]
+        self.vmin, self.vmax = np.array(LO, np.float32), np.array(HI, np.float32)
+        # Per-channel ranges all equal to the per-tensor one, so both do identical work.
+        self.cmin, self.cmax = np.full(d, LO, np.float32), np.full(d, HI, np.float32)
+        self.torch = self._torch_state(torch) if torch is not None else None
+        self.tf = self._tf_state(tf) if tf is not None else None
+
+    def fqcore(self, op):
+        x, g, out = self.x, self.g, self.out
+        vmin, vmax, cmin, cmax = self.vmin, self.vmax, self.cmin, self.cmax
+        return {
+            "args": lambda: fqcore.fake_quant_with_min_max_args(x, LO, HI, NUM_BITS, False, out=out),
+            "args_gradient": lambda: fqcore.fake_quant_with_min_max_args_gradient(
+                g, x, LO, HI, NUM_BITS, False, out=out),
+            "vars": lambda: fqcore.fake_quant_with_min_max_vars(x, vmin, vmax, NUM_BITS, False, out=out),
+            "vars_gradient": lambda: fqcore.fake_quant_with_min_max_vars_gradient(
+                g, x, vmin, vmax, NUM_BITS, False, out=out),
+            "vars_per_channel": lambda: fqcore.fake_quant_with_min_max_vars_per_channel(
+                x, cmin, cmax, NUM_BITS, False, out=out),
+            "vars_per_channel_gradient": lambda: fqcore.fake_quant_with_min_max_vars_per_channel_gradient(
+                g, x, cmin, cmax, NUM_BITS, False, out=out),
+        }[op]
+
+    def numpy(self, op):
+        x, g, c = self.x, self.g, self.c
+        if is_gradient(op):
+            return lambda: np.add(g, x, out=c)
+        return lambda: np.multiply(x, 2.0, out=c)
+
+    # -- PyTorch: the same range as (scale, zero_point) on [0, 255]; TF's nudge gives the same grid.
+
+    def _torch_state(self, torch):
+        scale = (HI - LO) / 255.0
+        zp = int(round(-LO / scale))
+        d, axis = self.shape[-1], len(self.shape) - 1
+        x = torch.from_numpy(self.x)
+        g = torch.from_numpy(self.g)
+        s = {"x": x, "g": g, "scale": scale, "zp": zp, "axis": axis,
+             "scale_t": torch.tensor([scale], dtype=torch.float32),
+             "zp_t": torch.tensor([zp], dtype=torch.int32),
+             "cscale": torch.full((d,), scale, dtype=torch.float32),
+             "czp": torch.full((d,), zp, dtype=torch.int32)}
+        return s
+
+    def torch_fn(self, torch, op):
+        s = self.torch
+        x, g = s["x"], s["g"]
+        if op == "args":
+            return lambda: torch.fake_quantize_per_tensor_affine(x, s["scale"], s["zp"], 0, 255)
+        if op == "vars":
+            return lambda: torch.fake_quantize_per_tensor_affine(x, s["scale_t"], s["zp_t"], 0, 255)
+        if op == "vars_per_channel":
+            return lambda: torch.fake_quantize_per_channel_affine(x, s["cscale"], s["czp"], s["axis"], 0, 255)
+        # Gradients: autograd.grad on a retained graph times the backward node alone.
+        xr = x.detach().clone().requires_grad_(True)
+        if op == "args_gradient":
+            # Straight-through estimator; the backward applies the mask cached by the forward.
+            y = torch.fake_quantize_per_tensor_affine(xr, s["scale"], s["zp"], 0, 255)
+            wrt = (xr,)
+        elif op == "vars_gradient":
+            # Learnable range (LSQ): dx, d scale, d zero_point from x, like TF's dx, dmin, dmax.
+            scale = torch.tensor([s["scale"]], dtype=torch.float32, requires_grad=True)
+            zp = torch.tensor([float(s["zp"])], dtype=torch.float32, requires_grad=True)
+            y = torch._fake_quantize_learnable_per_tensor_affine(xr, scale, zp, 0, 255, 1.0)
+            wrt = (xr, scale, zp)
+        else:
+            scale = s["cscale"].clone().requires_grad_(True)
+            zp = s["czp"].to(torch.float32).requires_grad_(True)
+            y = torch._fake_quantize_learnable_per_channel_affine(xr, scale, zp, s["axis"], 0, 255, 1.0)
+            wrt = (xr, scale, zp)
+        return lambda: torch.autograd.grad(y, wrt, g, retain_graph=True)
+
+    # -- TensorFlow: tf.quantization ops on constants, eagerly and inside a tf.function.
+
+    def _tf_state(self, tf):
+        with tf.device("/CPU:0"):
+            return {"x": tf.constant(self.x), "g": tf.constant(self.g),
+                    "vmin": tf.constant(self.vmin), "vmax": tf.constant(self.vmax),
+                    "cmin": tf.constant(self.cmin), "cmax": tf.constant(self.cmax)}
+
+    @staticmethod
+    def tf_op(tf, op):
+        q = tf.quantization
+        kw = {"num_bits": NUM_BITS, "narrow_range": False}
+        return {
+            "args": lambda x, g, lo, hi: q.fake_quant_with_min_max_args(x, min=LO, max=HI, **kw),
+            "args_gradient": lambda x, g, lo, hi: q.fake_quant_with_min_max_args_gradient(
+                g, x, min=LO, max=HI, **kw),
+            "vars": lambda x, g, lo, hi: q.fake_quant_with_min_max_vars(x, lo, hi, **kw),
+            "vars_gradient": lambda x, g, lo, hi: q.fake_quant_with_min_max_vars_gradient(g, x, lo, hi, **kw),
+            "vars_per_channel": lambda x, g, lo, hi: q.fake_quant_with_min_max_vars_per_channel(
+                x, lo, hi, **kw),
+            "vars_per_channel_gradient": lambda x, g, lo, hi:
+                q.fake_quant_with_min_max_vars_per_channel_gradient(g, x, lo, hi, **kw),
+        }[op]
+
+    def tf_args(self, op):
+        t = self.tf
+        if "per_channel" in op:
+            return t["x"], t["g"], t["cmin"], t["cmax"]
+        return t["x"], t["g"], t["vmin"], t["vmax"]
+
+    def tf_fns(self, tf, op):
+        fn = self.tf_op(tf, op)
+        args = self.tf_args(op)
+        graph_fn = tf.function(fn)
+        return (lambda: fn(*args)), (lambda: graph_fn(*args))
+
+
+def framework_candidates(case, op, torch, tf):
+    candidates = {}
+    if tf is not None:
+        eager, graph = case.tf_fns(tf, op)
+        candidates["tf_eager"] = eager
+        candidates["tf_function"] = graph
+    if torch is not None:
+        candidates["torch"] = case.torch_fn(torch, op)
+    return candidates
+
+
+# ---------------------------------------------------------------------------------------------------
+# Output
+
+
+def ms(t):
+    return f"{t * 1e3:.4f}" if t < 1e-2 else f"{t * 1e3:.2f}"
+
+
+def verdict(ok):
+    return "pass" if ok else "**FAIL**"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def load_note():
+    """The 1-minute load average: other busy processes skew every figure, two-thread ones most."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return ""
+    busy = " (other processes were busy: treat these figures with care)" if load > 1.2 else ""
+    return f"1-minute load average at the start of this table: {load:.2f}{busy}"
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sections
+
+
+def section_numpy_and_frameworks(timer, sizes, torch, tf, stat, results, failures):
+    """Tables 1 and 5: every op at every n, fqcore, numpy and the frameworks interleaved."""
+    rows1, rows5 = [], []
+    fqcore.set_num_threads(1)
+    for n in sizes:
+        case = Case((n // CHANNELS, CHANNELS), torch=torch, tf=tf)
+        for op in OPS:
+            candidates = {"fqcore": case.fqcore(op), "numpy": case.numpy(op)}
+            candidates.update(framework_candidates(case, op, torch, tf))
+            r = timer.measure(candidates)
+            fq, base = r["fqcore"][stat], r["numpy"][stat]
+            ratio = fq / base
+            ok = ratio <= TARGET_RATIO
+            if not ok:
+                failures.append(f"{op} n={n}: fqcore/numpy = {ratio:.2f} > {TARGET_RATIO}")
+            gbs = bytes_moved(op, n) / fq / 1e9
+            rows1.append([op, n, ms(fq), ms(base), baseline_name(op), f"{ratio:.2f}", f"<= {TARGET_RATIO}",
+                          verdict(ok), f"{gbs:.1f}"])
+            row5 = [op, n, ms(fq)]
+            for key in ("tf_eager", "tf_function", "torch"):
+                if key in r:
+                    row5 += [ms(r[key][stat]), f"{r[key][stat] / fq:.2f}x"]
+            rows5.append(row5)
+            results["vs_numpy"].append({"op": op, "n": n, "threads": 1, "times_s": r, "ratio": ratio,
+                                        "target": TARGET_RATIO, "pass": ok, "baseline": baseline_name(op)})
+        del case
+    return rows1, rows5
+
+
+def section_layout(timer, stat, results, failures):
+    rows = []
+    fqcore.set_num_threads(1)
+    pairs = [("vars_per_channel", "vars"), ("vars_per_channel_gradient", "vars_gradient")]
+    for shape in LAYOUTS:
+        case = Case(shape)
+        for per_channel, per_tensor in pairs:
+            r = timer.measure({"per_channel": case.fqcore(per_channel), "per_tensor": case.fqcore(per_tensor)})
+            ratio = r["per_channel"][stat] / r["per_tensor"][stat]
+            ok = ratio <= TARGET_RATIO
+            if not ok:
+                failures.append(f"{per_channel} {shape}: per-channel/per-tensor = {ratio:.2f} > {TARGET_RATIO}")
+            rows.append([f"{per_channel} / {per_tensor}", "x".join(map(str, shape)), ms(r["per_channel"][stat]),
+                         ms(r["per_tensor"][stat]), f"{ratio:.2f}", f"<= {TARGET_RATIO}", verdict(ok)])
+            results["layout"].append({"per_channel": per_channel, "per_tensor": per_tensor, "shape": shape,
+                                      "times_s": r, "ratio": ratio, "target": TARGET_RATIO, "pass": ok})
+    return rows
+
+
+def section_small(timer, torch, tf, stat, results, failures):
+    rows = []
+    fqcore.set_num_threads(1)
+    case = Case((1, SMALL), torch=torch, tf=tf)  # 2-D: torch's learnable per-channel backward rejects 1-D
+    for op in OPS:
+        candidates = {"fqcore": case.fqcore(op), "numpy": case.numpy(op)}
+        candidates.update(framework_candidates(case, op, torch, tf))
+        r = timer.measure(candidates)
+        us = r["fqcore"][stat] * 1e6
+        ok = us <= TARGET_SMALL_US
+        if not ok:
+            failures.append(f"{op} {SMALL} elements: {us:.2f} us > {TARGET_SMALL_US} us")
+        row = [op, f"{us:.2f}", f"<= {TARGET_SMALL_US}", verdict(ok), f"{r['numpy'][stat] * 1e6:.2f}"]
+        for key in ("tf_eager", "tf_function", "torch"):
+            if key in r:
+                row.append(f"{r[key][stat] * 1e6:.1f}")
+        rows.append(row)
+        results["small"].append({"op": op, "n": SMALL, "times_s": r, "target_us": TARGET_SMALL_US, "pass": ok})
+    return rows
+
+
+def section_threads(timer, stat, results, failures):
+    rows = []
+    case = Case((THREAD_N // CHANNELS, CHANNELS))
+    for op in OPS:
+        fn = case.fqcore(op)
+        r = timer.measure({"1": (fn, lambda: fqcore.set_num_threads(1)),
+                           "2": (fn, lambda: fqcore.set_num_threads(2))})
+        speedup = r["1"][stat] / r["2"][stat]
+        ok = speedup >= TARGET_SPEEDUP
+        if not ok:
+            failures.append(f"{op} n={THREAD_N}: 2-thread speedup {speedup:.2f} < {TARGET_SPEEDUP}")
+        rows.append([op, THREAD_N, ms(r["1"][stat]), ms(r["2"][stat]), f"{speedup:.2f}",
+                     f">= {TARGET_SPEEDUP}", verdict(ok)])
+        results["threads"].append({"op": op, "n": THREAD_N, "times_s": r, "speedup": speedup,
+                                   "target": TARGET_SPEEDUP, "pass": ok})
+    fqcore.set_num_threads(1)
+    return rows
+
+
+def section_tf_agreement(tf, results):
+    """Same work? Elementwise outputs bitwise against TF, and dmin/dmax error against float64."""
+    n = THREAD_N
+    rng = np.random.default_rng(99)
+    x = (rng.random((n // CHANNELS, CHANNELS), dtype=np.float32) * 24.0 - 12.0).astype(np.float32)
+    g = rng.random(x.shape, dtype=np.float32)   # positive: the sums grow, float32 running sums drift
+    case = Case(x.shape, tf=tf, x=x, g=g)
+    rows = []
+    lo, hi = np.float32(LO), np.float32(HI)
+    scale = (hi - lo) / np.float32(255)
+    zp = np.float32(np.floor(np.float32(0) - lo / scale + np.float32(0.5)))
+    nmin, nmax = (np.float32(0) - zp) * scale, (np.float32(255) - zp) * scale
+    g64 = g.astype(np.float64)
+    exact_min = np.where(x < nmin, g64, 0.0).sum(axis=0)
+    exact_max = np.where(x > nmax, g64, 0.0).sum(axis=0)
+    for op in OPS:
+        fq_out = case.fqcore(op)()
+        tf_out = case.tf_op(tf, op)(*case.tf_args(op))
+        fq_dx = fq_out[0] if isinstance(fq_out, tuple) else fq_out
+        tf_dx = (tf_out[0] if isinstance(tf_out, (tuple, list)) else tf_out).numpy()
+        mismatches = int(np.count_nonzero(np.asarray(fq_dx).view(np.uint32) != tf_dx.view(np.uint32)))
+        row = [op, n, mismatches]
+        entry = {"op": op, "n": n, "elementwise_mismatches": mismatches}
+        if op == "vars_gradient":
+            errs = [abs(float(fq_out[1]) - exact_min.sum()), abs(float(tf_out[1].numpy()) - exact_min.sum()),
+                    abs(float(fq_out[2]) - exact_max.sum()), abs(float(tf_out[2].numpy()) - exact_max.sum())]
+        elif op == "vars_per_channel_gradient":
+            errs = [np.max(np.abs(fq_out[1] - exact_min)), np.max(np.abs(tf_out[1].numpy() - exact_min)),
+                    np.max(np.abs(fq_out[2] - exact_max)), np.max(np.abs(tf_out[2].numpy() - exact_max))]
+        else:
+            errs = None
+        if errs is None:
+            row += ["", "", "", ""]
+        else:
+            errs = [float(e) for e in errs]
+            row += [f"{e:.3g}" for e in errs]
+            entry.update(dict(zip(["fq_dmin_err", "tf_dmin_err", "fq_dmax_err", "tf_dmax_err"], errs)))
+        rows.append(row)
+        results["tf_agreement"].append(entry)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter batches (a rough look)")
+    parser.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
+    parser.add_argument("--isa", help="fqcore ISA to time (default: the active one, normally the best)")
+    parser.add_argument("--repeats", type=int, help="batches per candidate (default 25, 7 with --quick)")
+    parser.add_argument("--sample-ms", type=float, help="minimum batch duration (default 20, 5 with --quick)")
+    parser.add_argument("--stat", choices=["min", "median"], default="min", help="statistic to report")
+    parser.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="n for tables 1 and 5")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=SECTIONS,
+                        help="which tables to produce (frameworks come with 'numpy')")
+    parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
+    parser.add_argument("--no-tf", action="store_true", help="skip TensorFlow even if installed")
+    args = parser.parse_args(argv)
+
+    repeats = args.repeats or (7 if args.quick else 25)
+    sample_s = (args.sample_ms or (5.0 if args.quick else 20.0)) / 1e3
+    timer = Timer(repeats, sample_s)
+    stat = args.stat
+    if args.isa:
+        fqcore.set_isa(args.isa)
+    saved_threads = fqcore.get_num_threads()
+
+    tf, tf_note = load_tf(not args.no_tf)
+    torch, torch_note = load_torch(not args.no_torch)
+
+    meta = {
+        "fqcore": fqcore.__version__, "isa": fqcore.get_isa(), "available_isas": fqcore.available_isas(),
+        "python": sys.version.split()[0], "numpy": np.__version__,
+        "torch": torch.__version__ if torch else None, "tensorflow": tf.__version__ if tf else None,
+        "cpu": cpu_model(), "logical_cpus": os.cpu_count(),
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "statistic": stat, "repeats": repeats, "sample_ms": sample_s * 1e3, "quick": args.quick,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    results = {"meta": meta, "vs_numpy": [], "layout": [], "small": [], "threads": [], "tf_agreement": []}
+    failures = []
+
+    print("# fqcore performance comparison\n")
+    print(f"- fqcore {meta['fqcore']}, ISA **{meta['isa']}** (available: {', '.join(meta['available_isas'])}); "
+          f"Python {meta['python']}, numpy {meta['numpy']}")
+    print(f"- CPU: {meta['cpu']}, {meta['logical_cpus']} logical CPUs; OPENBLAS_CORETYPE={meta['OPENBLAS_CORETYPE']}")
+    print(f"- TensorFlow: {tf.__version__ + ' (CPU, 1 intra-op + 1 inter-op thread)' if tf else 'skipped: ' + tf_note}")
+    print(f"- PyTorch: {torch.__version__ + ' (1 thread)' if torch else 'skipped: ' + torch_note}")
+    print(f"- Timing: time.perf_counter; each batch runs back-to-back calls for >= {sample_s * 1e3:g} ms; "
+          f"{repeats} batches per candidate, interleaved in alternating order after a warm-up; "
+          f"reported: the **{stat}** over batches of the per-call time. fqcore uses out= buffers; "
+          f"TF/PyTorch allocate their results.")
+    print(f"- Inputs uniform in [-8, 8], range [{LO:g}, {HI:g}], {NUM_BITS} bits; per-channel ops on n elements "
+          f"use shape [n/{CHANNELS}, {CHANNELS}] with every channel's range equal to the per-tensor range.\n")
+    sys.stdout.flush()
+
+    rows5 = None
+    if "numpy" in args.sections:
+        note = load_note()
+        rows1, rows5 = section_numpy_and_frameworks(timer, args.sizes, torch, tf, stat, results, failures)
+        print("## 1. fqcore against numpy's memory-bound ufuncs (1 thread)\n")
+        print("Forward ops move 8 bytes per element like `np.multiply(a, 2.0, out=c)`; gradient ops 12 like "
+              "`np.add(a, b, out=c)` (the vars gradients also reduce dmin/dmax in the same pass). " + note + "\n")
+        print(table(["op", "n", "fqcore ms", "numpy ms", "numpy baseline", "fqcore/numpy", "target", "result",
+                     "fqcore GB/s"], rows1))
+        print()
+        sys.stdout.flush()
+
+    if "layout" in args.sections:
+        note = load_note()
+        print("## 2. Per-channel against per-tensor (Vars) at the same element count (1 thread)\n")
+        rows = section_layout(timer, stat, results, failures)
+        print(note + "\n")
+        print(table(["ops", "shape", "per-channel ms", "per-tensor ms", "ratio", "target", "result"], rows))
+        print()
+        sys.stdout.flush()
+
+    if "small" in args.sections:
+        small_header = ["op", "fqcore us/call", "target", "result", "numpy ufunc us"]
+        if tf:
+            small_header += ["TF eager us", "tf.function us"]
+        if torch:
+            small_header += ["torch us"]
+        note = load_note()
+        rows = section_small(timer, torch, tf, stat, results, failures)
+        print(f"## 3. Per-call overhead: {SMALL} elements\n")
+        print(note + "\n")
+        print(table(small_header, rows))
+        print()
+        sys.stdout.flush()
+
+    if "threads" in args.sections:
+        note = load_note()
+        rows = section_threads(timer, stat, results, failures)
+        print(f"## 4. Two threads against one at n = {THREAD_N} ({os.cpu_count()} logical CPUs)\n")
+        print(note + "\n")
+        print(table(["op", "n", "1 thread ms", "2 threads ms", "speedup", "target", "result"], rows))
+        print()
+        sys.stdout.flush()
+
+    if rows5 is not None:
+        print("## 5. Against TensorFlow and PyTorch (1 thread; ratio = their time / fqcore's, >1 means fqcore "
+              "is faster)\n")
+        header5 = ["op", "n", "fqcore ms"]
+        if tf:
+            header5 += ["TF eager ms", "TF eager / fq", "tf.function ms", "tf.function / fq"]
+        if torch:
+            header5 += ["torch ms", "torch / fq"]
+        notes = []
+        if not tf:
+            notes.append(f"TensorFlow columns skipped: {tf_note}.")
+        if not torch:
+            notes.append(f"PyTorch columns skipped: {torch_note}.")
+        if torch:
+            notes.append("PyTorch: fake_quantize_per_tensor_affine (args: float scale; vars: tensor scale) and "
+                         "fake_quantize_per_channel_affine; args_gradient = autograd backward of the STE "
+                         "(applies the 1-byte mask cached by the forward; the forward is not timed); "
+                         "vars/per-channel gradients = autograd backward of "
+                         "_fake_quantize_learnable_per_{tensor,channel}_affine (dx, dscale, dzero_point from x: "
+                         "the analogue of TF's dx, dmin, dmax).")
+        if tf:
+            notes.append("TF: tf.quantization.fake_quant_with_min_max_* on CPU constants, eagerly and inside a "
+                         "tf.function taking the tensors as arguments.")
+        if tf or torch:
+            print(table(header5, rows5))
+            print()
+        print("\n".join(f"- {n}" for n in notes))
+        print()
+
+    if tf and "tf_agreement" in args.sections:
+        print(f"## 6. Same results as TensorFlow? (n = {THREAD_N}, inputs in [-12, 12], gradients in [0, 1))\n")
+        print("Elementwise outputs (forward, dx) compared bitwise; dmin/dmax absolute error against a "
+              "float64 sum (per-channel: the largest over channels).\n")
+        print(table(["op", "n", "elementwise mismatches vs TF", "fq dmin err", "TF dmin err", "fq dmax err",
+                     "TF dmax err"], section_tf_agreement(tf, results)))
+        print()
+
+    print("## Targets missed\n")
+    print("\n".join(f"- {f}" for f in failures) if failures else "None.")
+    results["failures"] = failures
+    fqcore.set_num_threads(saved_threads)
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+        print(f"\n(wrote {args.json})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
