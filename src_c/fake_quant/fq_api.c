@@ -208,9 +208,9 @@ static size_t channel_period(size_t channels) {
     return padded <= FQ_CHANNEL_MAX_PADDED_PERIOD ? padded : channels;
 }
 
-/* Spacing of per-period arrays laid one after another: a cache line more than the period, so
-   that arrays of a 4 KiB period do not all fall in the same L1 set as each other and as the rows
-   of the data (which, at that period, are 4 KiB apart too). In elements of `size` bytes. */
+/* Spacing of the min and max partial sums of a period: a cache line more than the period, so
+   that at a 4 KiB period they do not fall in the same L1 set as each other and as the rows of the
+   data (which are 4 KiB apart too). In elements of `size` bytes. */
 static size_t skewed_stride(size_t period, size_t size) {
     const size_t per_line = 64 / size;
     return ceil_div(period, per_line) * per_line + per_line;
@@ -226,27 +226,24 @@ typedef struct {
 
 static fq_status setup_channels(channel_setup *s, size_t channels, const float *min,
                                 const float *max, int num_bits, int narrow_range) {
-    const size_t period = channel_period(channels), stride = skewed_stride(period, sizeof(float));
-    s->storage = malloc(5 * stride * sizeof(float) + channels);
+    const size_t period = channel_period(channels);
+    const size_t floats = ceil_div(period, FQ_GRID_CHUNK) * FQ_GRID_CHUNK * FQ_GRID_PARAMS;
+    s->storage = malloc(floats * sizeof(float) + channels);
     if (s->storage == NULL) return FQ_ERR_NO_MEMORY;
-    float *nmin = s->storage, *nmax = nmin + stride, *scale = nmax + stride,
-          *inv = scale + stride, *qzero = inv + stride;
-    s->zero_channel = (unsigned char *)(qzero + stride);
+    s->zero_channel = (unsigned char *)(s->storage + floats);
     s->any_zero_channel = 0;
+    s->table = (fq_grid_table){period, s->storage};
     for (size_t c = 0; c < channels; ++c) {
         fq_grid grid;
         fq_nudge(min[c], max[c], num_bits, narrow_range, &grid);
         s->zero_channel[c] = (unsigned char)fq_range_is_zero(min[c], max[c]);
         s->any_zero_channel |= s->zero_channel[c];
-        for (size_t p = c; p < period; p += channels) {
-            nmin[p] = grid.nudged_min;
-            nmax[p] = grid.nudged_max;
-            scale[p] = grid.scale;
-            inv[p] = grid.inv_scale;
-            qzero[p] = grid.quant_zero;
-        }
+        const float params[FQ_GRID_PARAMS] = {grid.nudged_min, grid.nudged_max, grid.scale,
+                                              grid.inv_scale, grid.quant_zero};
+        for (size_t p = c; p < period; p += channels)
+            for (int k = 0; k < FQ_GRID_PARAMS; ++k)
+                s->storage[fq_grid_offset(p, k)] = params[k];
     }
-    s->table = (fq_grid_table){period, nmin, nmax, scale, inv, qzero};
     return FQ_OK;
 }
 

@@ -17,9 +17,11 @@ static inline grid8 broadcast(const fq_grid *q) {
 }
 
 static inline grid8 load_grid(const fq_grid_table *t, size_t p) {
-    return (grid8){_mm256_loadu_ps(t->nudged_min + p), _mm256_loadu_ps(t->nudged_max + p),
-                   _mm256_loadu_ps(t->scale + p), _mm256_loadu_ps(t->inv_scale + p),
-                   _mm256_loadu_ps(t->quant_zero + p)};
+    return (grid8){_mm256_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN)),
+                   _mm256_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX)),
+                   _mm256_loadu_ps(fq_grid_param(t, p, FQ_GRID_SCALE)),
+                   _mm256_loadu_ps(fq_grid_param(t, p, FQ_GRID_INV_SCALE)),
+                   _mm256_loadu_ps(fq_grid_param(t, p, FQ_GRID_QUANT_ZERO))};
 }
 
 /* minps/maxps return their second operand on NaN: min(nmax, x), max(nmin, c) keep a NaN x. */
@@ -191,8 +193,8 @@ static void channel_mask_sums__avx2(const float *g, const float *x, float *dx, s
         float *dxr = dx + base;
         size_t p = p0;
         for (; p + 8 <= p1; p += 8) {
-            const __m256 nmin = _mm256_loadu_ps(t->nudged_min + p);
-            const __m256 nmax = _mm256_loadu_ps(t->nudged_max + p);
+            const __m256 nmin = _mm256_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN));
+            const __m256 nmax = _mm256_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX));
             __m256 to_min, to_max;
             /* Lanes inside with finite g add +-0, which leaves the accumulators unchanged. */
             if (grad8(gr + p, xr + p, dxr + p, nmin, nmax, &to_min, &to_max) == 0) continue;

@@ -17,9 +17,11 @@ static inline grid16 broadcast(const fq_grid *q) {
 }
 
 static inline grid16 load_grid(const fq_grid_table *t, size_t p) {
-    return (grid16){_mm512_loadu_ps(t->nudged_min + p), _mm512_loadu_ps(t->nudged_max + p),
-                    _mm512_loadu_ps(t->scale + p), _mm512_loadu_ps(t->inv_scale + p),
-                    _mm512_loadu_ps(t->quant_zero + p)};
+    return (grid16){_mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN)),
+                    _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX)),
+                    _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_SCALE)),
+                    _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_INV_SCALE)),
+                    _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_QUANT_ZERO))};
 }
 
 /* vminps/vmaxps return their second operand on NaN: min(nmax, x), max(nmin, c) keep a NaN x. */
@@ -174,31 +176,35 @@ static void mask_sums__avx512(const float *g, const float *x, float *dx, size_t 
     fq_flush_runs(run_min, run_max, lanes_min, lanes_max);
 }
 
-/* Per-channel kernels walk rows in order; the forward takes FQ_ROWS_PER_GRID rows at a time, so
-   each grid load serves several rows (the grids of a long period do not all stay in L1), and a few
-   sequential streams remain, which the prefetchers follow. */
-#define FQ_ROWS_PER_GRID 4
+/* Per-channel kernels walk the rows in memory order. When a call covers whole periods that are
+   whole vectors, the rows are one flat loop whose position wraps without a branch: a short inner
+   loop per row would end in a mispredicted branch every few vectors, and each one throws away the
+   loads in flight, which is what hides memory latency. */
+/* Floats ahead of the flat per-channel loop to prefetch: its grid loads take room in the
+   out-of-order window that would otherwise keep more memory reads in flight (measured: 9.1 ms ->
+   7.3 ms on [131072, 128]). */
+#define FQ_PREFETCH_AHEAD 1024
+
+static inline size_t next_position(size_t p, size_t period) {
+    p += 16;
+    return p == period ? 0 : p;
+}
 
 static void channel_forward__avx512(const float *x, float *out, size_t rows, const fq_grid_table *t,
                                     size_t p0, size_t p1) {
-    const size_t period = t->period;
     const fq_grid_table grids = *t; /* a local copy: stores to out cannot change it */
-    size_t r = 0;
-    for (; r + FQ_ROWS_PER_GRID <= rows; r += FQ_ROWS_PER_GRID) {
-        const float *xr = x + r * period;
-        float *outr = out + r * period;
-        size_t p = p0;
-        for (; p + 16 <= p1; p += 16) {
+    const size_t period = grids.period;
+    if (p0 == 0 && p1 == period && period % 16 == 0) {
+        const size_t n = rows * period;
+        size_t p = 0;
+        for (size_t i = 0; i < n; i += 16, p = next_position(p, period)) {
+            _mm_prefetch((const char *)(x + i + FQ_PREFETCH_AHEAD), _MM_HINT_T0);
             const grid16 q = load_grid(&grids, p);
-            __m512 v[FQ_ROWS_PER_GRID];
-            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k) v[k] = _mm512_loadu_ps(xr + k * period + p);
-            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
-                _mm512_storeu_ps(outr + k * period + p, forward_mul16(v[k], &q));
+            _mm512_storeu_ps(out + i, forward_mul16(_mm512_loadu_ps(x + i), &q));
         }
-        for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
-            fq_channel_forward_row(xr + k * period, outr + k * period, &grids, p, p1);
+        return;
     }
-    for (; r < rows; ++r) {
+    for (size_t r = 0; r < rows; ++r) {
         const float *xr = x + r * period;
         float *outr = out + r * period;
         size_t p = p0;
@@ -230,18 +236,28 @@ static inline void channel_step16(__m512 gv, __m512 xv, float *dx, __m512 nmin, 
     add_to_positions(_mm512_mul_ps(gv, as_one(above)), acc_max);
 }
 
-/* Row by row: several rows at a time would share the grid loads, but g, x and dx of each are
-   three streams, and more than a few streams outrun the prefetchers (measured slower). */
 static void channel_mask_sums__avx512(const float *g, const float *x, float *dx, size_t rows,
                                       const fq_grid_table *table, size_t p0, size_t p1,
                                       double *acc_min, double *acc_max) {
     const fq_grid_table grids = *table, *t = &grids; /* a local copy: stores cannot change it */
+    const size_t period = t->period;
+    if (p0 == 0 && p1 == period && period % 16 == 0) {
+        const size_t n = rows * period;
+        size_t p = 0;
+        for (size_t i = 0; i < n; i += 16, p = next_position(p, period))
+            channel_step16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(x + i), dx + i,
+                           _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN)),
+                           _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX)),
+                           acc_min + p, acc_max + p);
+        return;
+    }
     for (size_t r = 0; r < rows; ++r) {
-        const size_t base = r * t->period;
+        const size_t base = r * period;
         size_t p = p0;
         for (; p + 16 <= p1; p += 16)
             channel_step16(_mm512_loadu_ps(g + base + p), _mm512_loadu_ps(x + base + p), dx + base + p,
-                           _mm512_loadu_ps(t->nudged_min + p), _mm512_loadu_ps(t->nudged_max + p),
+                           _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN)),
+                           _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX)),
                            acc_min + p, acc_max + p);
         fq_channel_row(g + base, x + base, dx + base, t, p, p1, acc_min, acc_max);
     }

@@ -64,7 +64,8 @@ static inline void fq_channel_row(const float *g, const float *x, float *dx, con
                                   size_t p0, size_t p1, double *acc_min, double *acc_max) {
     for (size_t p = p0; p < p1; ++p) {
         float to_min, to_max;
-        dx[p] = fq_element_grad(g[p], x[p], t->nudged_min[p], t->nudged_max[p], &to_min, &to_max);
+        dx[p] = fq_element_grad(g[p], x[p], *fq_grid_param(t, p, FQ_GRID_NUDGED_MIN),
+                                *fq_grid_param(t, p, FQ_GRID_NUDGED_MAX), &to_min, &to_max);
         acc_min[p] += (double)to_min;
         acc_max[p] += (double)to_max;
     }
@@ -74,8 +75,10 @@ static inline void fq_channel_row(const float *g, const float *x, float *dx, con
 static inline void fq_channel_forward_row(const float *x, float *out, const fq_grid_table *t,
                                           size_t p0, size_t p1) {
     for (size_t p = p0; p < p1; ++p)
-        out[p] = fq_element_mul(x[p], t->nudged_min[p], t->nudged_max[p], t->inv_scale[p],
-                                t->quant_zero[p], t->scale[p]);
+        out[p] = fq_element_mul(x[p], *fq_grid_param(t, p, FQ_GRID_NUDGED_MIN),
+                                *fq_grid_param(t, p, FQ_GRID_NUDGED_MAX),
+                                *fq_grid_param(t, p, FQ_GRID_INV_SCALE),
+                                *fq_grid_param(t, p, FQ_GRID_QUANT_ZERO), *fq_grid_param(t, p, FQ_GRID_SCALE));
 }
 
 #endif

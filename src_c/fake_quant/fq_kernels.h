@@ -24,12 +24,34 @@ typedef struct {
 #define FQ_SUM_RUN_ELEMENTS (FQ_SUM_LANES * FQ_SUM_RUN)
 #define FQ_SUM_BLOCK ((size_t)16384)
 
-/* Per-channel grids laid out over one period of P positions (P a multiple of the channel count,
-   padded so that short channel counts still fill whole vectors): position p holds channel p % C. */
+/* Per-channel grids over one period of P positions (P a multiple of the channel count, padded so
+   that short channel counts still fill whole vectors): position p holds channel p % C. Stored
+   interleaved by chunks of FQ_GRID_CHUNK positions, each chunk holding its five parameters as
+   FQ_GRID_CHUNK consecutive floats apiece: a walk along a period reads one sequential stream. */
+#define FQ_GRID_CHUNK 16
+enum {
+    FQ_GRID_NUDGED_MIN,
+    FQ_GRID_NUDGED_MAX,
+    FQ_GRID_SCALE,
+    FQ_GRID_INV_SCALE,
+    FQ_GRID_QUANT_ZERO,
+    FQ_GRID_PARAMS
+};
+
 typedef struct {
     size_t period;
-    const float *nudged_min, *nudged_max, *scale, *inv_scale, *quant_zero;
+    const float *grid;
 } fq_grid_table;
+
+/* Where parameter `param` of position p is stored; the following positions of its chunk follow. */
+static inline size_t fq_grid_offset(size_t p, int param) {
+    return (p / FQ_GRID_CHUNK) * (FQ_GRID_CHUNK * FQ_GRID_PARAMS) + (size_t)param * FQ_GRID_CHUNK +
+           p % FQ_GRID_CHUNK;
+}
+
+static inline const float *fq_grid_param(const fq_grid_table *t, size_t p, int param) {
+    return t->grid + fq_grid_offset(p, param);
+}
 
 /* One ISA's kernels. Inputs are valid (checked by the entry points) and the caller has already
    switched the thread to flush-to-zero. `rows` counts whole periods; a kernel touches positions

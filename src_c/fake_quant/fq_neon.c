@@ -20,9 +20,11 @@ static inline grid4 broadcast(const fq_grid *q) {
 }
 
 static inline grid4 load_grid(const fq_grid_table *t, size_t p) {
-    return (grid4){vld1q_f32(t->nudged_min + p), vld1q_f32(t->nudged_max + p),
-                   vld1q_f32(t->scale + p), vld1q_f32(t->inv_scale + p),
-                   vld1q_f32(t->quant_zero + p)};
+    return (grid4){vld1q_f32(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN)),
+                   vld1q_f32(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX)),
+                   vld1q_f32(fq_grid_param(t, p, FQ_GRID_SCALE)),
+                   vld1q_f32(fq_grid_param(t, p, FQ_GRID_INV_SCALE)),
+                   vld1q_f32(fq_grid_param(t, p, FQ_GRID_QUANT_ZERO))};
 }
 
 /* fq_clamp with compare + select: vminq/vmaxq would propagate a NaN bound and order -0 below +0,
@@ -240,8 +242,8 @@ static inline void channel_step(const float *g, const float *x, float *dx, const
         const size_t at = p + 4 * (size_t)k;
         gv[k] = vld1q_f32(g + at);
         xv[k] = vld1q_f32(x + at);
-        nmin[k] = vld1q_f32(t->nudged_min + at);
-        nmax[k] = vld1q_f32(t->nudged_max + at);
+        nmin[k] = vld1q_f32(fq_grid_param(t, at, FQ_GRID_NUDGED_MIN));
+        nmax[k] = vld1q_f32(fq_grid_param(t, at, FQ_GRID_NUDGED_MAX));
         const uint32x4_t inside = between4(xv[k], nmin[k], nmax[k]);
         vst1q_f32(dx + at, vmulq_f32(gv[k], as_one(inside)));
         quiet = vandq_u32(quiet, quiet4(gv[k], inside));
