@@ -66,6 +66,12 @@ def _unshare(flat_inputs, overlapping):
                  for f in flat_inputs)
 
 
+def _prepare(out, *arrays):
+    """The result buffer (checked `out`, or new) and flat views of the validated input arrays."""
+    result, overlapping = _output(out, arrays[-1].shape, arrays)
+    return result, _unshare(tuple(_flat(a) for a in arrays), overlapping)
+
+
 def _num_bits(num_bits):
     if type(num_bits) is int and 2 <= num_bits <= 16:
         return num_bits
@@ -158,8 +164,7 @@ def fake_quant_with_min_max_args(inputs, min=-6.0, max=6.0, num_bits=8, narrow_r
     inputs = _array(inputs, "inputs")
     lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    result, overlapping = _output(out, inputs.shape, (inputs,))
-    (x,) = _unshare((_flat(inputs),), overlapping)
+    result, (x,) = _prepare(out, inputs)
     if not _kernels.args_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range):
         raise _range_error(lo, hi)
     return result
@@ -172,8 +177,7 @@ def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6.0, max=6.0, 
     _same_shape(gradients, inputs)
     lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    result, overlapping = _output(out, inputs.shape, (gradients, inputs))
-    g, x = _unshare((_flat(gradients), _flat(inputs)), overlapping)
+    result, (g, x) = _prepare(out, gradients, inputs)
     if not _kernels.args_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range):
         raise _range_error(lo, hi)
     return result
@@ -184,8 +188,7 @@ def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=Fals
     inputs = _array(inputs, "inputs")
     lo, hi = _scalar(min, "min"), _scalar(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    result, overlapping = _output(out, inputs.shape, (inputs,))
-    (x,) = _unshare((_flat(inputs),), overlapping)
+    result, (x,) = _prepare(out, inputs)
     _kernels.vars_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
     return result
 
@@ -198,8 +201,7 @@ def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=
     _same_shape(gradients, inputs)
     lo, hi = _scalar(min, "min"), _scalar(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    result, overlapping = _output(out, inputs.shape, (gradients, inputs))
-    g, x = _unshare((_flat(gradients), _flat(inputs)), overlapping)
+    result, (g, x) = _prepare(out, gradients, inputs)
     sums = np.empty(2, _FLOAT32)
     _kernels.vars_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range, sums)
     return FakeQuantWithMinMaxVarsGradient(result, sums[0], sums[1])
@@ -212,8 +214,7 @@ def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narro
     channels = _channel_inputs(inputs)
     lo, hi = _channel_range(min, "min", channels), _channel_range(max, "max", channels)
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    result, overlapping = _output(out, inputs.shape, (inputs,))
-    (x,) = _unshare((_flat(inputs),), overlapping)
+    result, (x,) = _prepare(out, inputs)
     _kernels.channel_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
     return result
 
@@ -227,8 +228,7 @@ def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, ma
     channels = _channel_inputs(inputs)
     lo, hi = _channel_range(min, "min", channels), _channel_range(max, "max", channels)
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    result, overlapping = _output(out, inputs.shape, (gradients, inputs))
-    g, x = _unshare((_flat(gradients), _flat(inputs)), overlapping)
+    result, (g, x) = _prepare(out, gradients, inputs)
     dmin, dmax = np.empty(channels, _FLOAT32), np.empty(channels, _FLOAT32)
     _kernels.channel_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range, dmin, dmax)
     return FakeQuantWithMinMaxVarsPerChannelGradient(result, dmin, dmax)

@@ -42,9 +42,11 @@ static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
 /* ---- Per-tensor elementwise ops (forward and the Args gradient) ---- */
 
+typedef enum { FORWARD_MUL, FORWARD_DIV, MASK } elementwise_op;
+
 typedef struct {
     const fq_fake_quant_kernels *k;
-    int which; /* 0 forward_mul, 1 forward_div, 2 mask */
+    elementwise_op op;
     const float *g, *x;
     float *out;
     size_t n, chunk;
@@ -56,17 +58,17 @@ static void elementwise_item(void *context, size_t item) {
     const size_t start = item * job->chunk;
     if (start >= job->n) return;
     const size_t len = job->n - start < job->chunk ? job->n - start : job->chunk;
-    switch (job->which) {
-    case 0: job->k->forward_mul(job->x + start, job->out + start, len, job->grid); break;
-    case 1: job->k->forward_div(job->x + start, job->out + start, len, job->grid); break;
-    default: job->k->mask(job->g + start, job->x + start, job->out + start, len, job->grid); break;
+    switch (job->op) {
+    case FORWARD_MUL: job->k->forward_mul(job->x + start, job->out + start, len, job->grid); break;
+    case FORWARD_DIV: job->k->forward_div(job->x + start, job->out + start, len, job->grid); break;
+    case MASK: job->k->mask(job->g + start, job->x + start, job->out + start, len, job->grid); break;
     }
 }
 
-static void run_elementwise(int which, const float *g, const float *x, float *out, size_t n,
+static void run_elementwise(elementwise_op op, const float *g, const float *x, float *out, size_t n,
                             const fq_grid *grid) {
     const int threads = fq_runtime_threads_for(n, ceil_div(n, FQ_CHUNK_ALIGN));
-    elementwise_job job = {active_kernels(), which, g, x, out, n, n, grid};
+    elementwise_job job = {active_kernels(), op, g, x, out, n, n, grid};
     if (threads > 1) job.chunk = ceil_div(ceil_div(n, (size_t)threads), FQ_CHUNK_ALIGN) * FQ_CHUNK_ALIGN;
     fq_parallel_for(threads, ceil_div(n, job.chunk), elementwise_item, &job);
 }
@@ -75,9 +77,10 @@ static void fill_zero(float *out, size_t n) {
     for (size_t i = 0; i < n; ++i) out[i] = 0.0f;
 }
 
-fq_status fq_f32_args(const float *x, float *out, size_t n, float min, float max, int num_bits,
-                      int narrow_range) {
-    fq_status status = check_common(n, num_bits, x, out, out);
+/* The Args ops: a fixed range that must be ordered once denormals are flushed. */
+static fq_status run_args(elementwise_op op, const float *g, const float *x, float *out, size_t n,
+                          float min, float max, int num_bits, int narrow_range) {
+    fq_status status = check_common(n, num_bits, op == MASK ? g : x, x, out);
     if (status != FQ_OK) return status;
     const fq_fpenv saved = fq_fpenv_enter();
     if (!fq_range_is_ordered(min, max)) {
@@ -85,26 +88,20 @@ fq_status fq_f32_args(const float *x, float *out, size_t n, float min, float max
     } else if (n > 0) {
         fq_grid grid;
         fq_nudge(min, max, num_bits, narrow_range, &grid);
-        run_elementwise(0, NULL, x, out, n, &grid);
+        run_elementwise(op, g, x, out, n, &grid);
     }
     fq_fpenv_leave(saved);
     return status;
 }
 
+fq_status fq_f32_args(const float *x, float *out, size_t n, float min, float max, int num_bits,
+                      int narrow_range) {
+    return run_args(FORWARD_MUL, NULL, x, out, n, min, max, num_bits, narrow_range);
+}
+
 fq_status fq_f32_args_grad(const float *g, const float *x, float *dx, size_t n, float min, float max,
                            int num_bits, int narrow_range) {
-    fq_status status = check_common(n, num_bits, g, x, dx);
-    if (status != FQ_OK) return status;
-    const fq_fpenv saved = fq_fpenv_enter();
-    if (!fq_range_is_ordered(min, max)) {
-        status = FQ_ERR_MIN_NOT_BELOW_MAX;
-    } else if (n > 0) {
-        fq_grid grid;
-        fq_nudge(min, max, num_bits, narrow_range, &grid);
-        run_elementwise(2, g, x, dx, n, &grid);
-    }
-    fq_fpenv_leave(saved);
-    return status;
+    return run_args(MASK, g, x, dx, n, min, max, num_bits, narrow_range);
 }
 
 fq_status fq_f32_vars(const float *x, float *out, size_t n, float min, float max, int num_bits,
@@ -117,7 +114,7 @@ fq_status fq_f32_vars(const float *x, float *out, size_t n, float min, float max
     } else {
         fq_grid grid;
         fq_nudge(min, max, num_bits, narrow_range, &grid);
-        run_elementwise(1, NULL, x, out, n, &grid);
+        run_elementwise(FORWARD_DIV, NULL, x, out, n, &grid);
     }
     fq_fpenv_leave(saved);
     return FQ_OK;

@@ -50,20 +50,26 @@ static inline __m256 between8(__m256 x, __m256 nudged_min, __m256 nudged_max) {
                          _mm256_cmp_ps(x, nudged_max, _CMP_LE_OQ));
 }
 
-static void forward_mul__avx2(const float *x, float *out, size_t n, const fq_grid *grid) {
+/* Both forward kernels; `divide` is a constant in each caller, which gets a loop of its own. */
+static inline void forward_loop(const float *x, float *out, size_t n, const fq_grid *grid, int divide) {
     const grid8 q = broadcast(grid);
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, forward_mul8(_mm256_loadu_ps(x + i), &q));
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        _mm256_storeu_ps(out + i, divide ? forward_div8(v, &q) : forward_mul8(v, &q));
+    }
     for (; i < n; ++i)
-        out[i] = fq_element_mul(x[i], grid->nudged_min, grid->nudged_max, grid->inv_scale,
-                                grid->quant_zero, grid->scale);
+        out[i] = divide ? fq_element_div(x[i], grid)
+                        : fq_element_mul(x[i], grid->nudged_min, grid->nudged_max, grid->inv_scale,
+                                         grid->quant_zero, grid->scale);
+}
+
+static void forward_mul__avx2(const float *x, float *out, size_t n, const fq_grid *grid) {
+    forward_loop(x, out, n, grid, 0);
 }
 
 static void forward_div__avx2(const float *x, float *out, size_t n, const fq_grid *grid) {
-    const grid8 q = broadcast(grid);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, forward_div8(_mm256_loadu_ps(x + i), &q));
-    for (; i < n; ++i) out[i] = fq_element_div(x[i], grid);
+    forward_loop(x, out, n, grid, 1);
 }
 
 static void mask__avx2(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid) {

@@ -49,24 +49,27 @@ static inline __mmask16 between16(__m512 x, __m512 nudged_min, __m512 nudged_max
     return _mm512_cmp_ps_mask(x, nudged_min, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x, nudged_max, _CMP_LE_OQ);
 }
 
-static void forward_mul__avx512(const float *x, float *out, size_t n, const fq_grid *grid) {
+/* Both forward kernels; `divide` is a constant in each caller, which gets a loop of its own. */
+static inline void forward_loop(const float *x, float *out, size_t n, const fq_grid *grid, int divide) {
     const grid16 q = broadcast(grid);
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, forward_mul16(_mm512_loadu_ps(x + i), &q));
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        _mm512_storeu_ps(out + i, divide ? forward_div16(v, &q) : forward_mul16(v, &q));
+    }
     if (i < n) {
         const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(out + i, tail, forward_mul16(_mm512_maskz_loadu_ps(tail, x + i), &q));
+        const __m512 v = _mm512_maskz_loadu_ps(tail, x + i);
+        _mm512_mask_storeu_ps(out + i, tail, divide ? forward_div16(v, &q) : forward_mul16(v, &q));
     }
 }
 
+static void forward_mul__avx512(const float *x, float *out, size_t n, const fq_grid *grid) {
+    forward_loop(x, out, n, grid, 0);
+}
+
 static void forward_div__avx512(const float *x, float *out, size_t n, const fq_grid *grid) {
-    const grid16 q = broadcast(grid);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, forward_div16(_mm512_loadu_ps(x + i), &q));
-    if (i < n) {
-        const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(out + i, tail, forward_div16(_mm512_maskz_loadu_ps(tail, x + i), &q));
-    }
+    forward_loop(x, out, n, grid, 1);
 }
 
 static void mask__avx512(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid) {

@@ -57,36 +57,36 @@ static inline uint32x4_t between4(float32x4_t x, float32x4_t nudged_min, float32
     return vandq_u32(vcgeq_f32(x, nudged_min), vcleq_f32(x, nudged_max));
 }
 
-static void forward_mul__neon(const float *x, float *out, size_t n, const fq_grid *grid) {
+/* Both forward kernels; `divide` is a constant in each caller, which gets a loop of its own.
+   Four vectors per step give the dependent chains of each room to overlap. */
+static inline float32x4_t forward4(float32x4_t v, const grid4 *q, int divide) {
+    return divide ? forward_div4(v, q) : forward_mul4(v, q);
+}
+
+static inline void forward_loop(const float *x, float *out, size_t n, const fq_grid *grid, int divide) {
     const grid4 q = broadcast(grid);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         const float32x4_t a = vld1q_f32(x + i), b = vld1q_f32(x + i + 4);
         const float32x4_t c = vld1q_f32(x + i + 8), d = vld1q_f32(x + i + 12);
-        vst1q_f32(out + i, forward_mul4(a, &q));
-        vst1q_f32(out + i + 4, forward_mul4(b, &q));
-        vst1q_f32(out + i + 8, forward_mul4(c, &q));
-        vst1q_f32(out + i + 12, forward_mul4(d, &q));
+        vst1q_f32(out + i, forward4(a, &q, divide));
+        vst1q_f32(out + i + 4, forward4(b, &q, divide));
+        vst1q_f32(out + i + 8, forward4(c, &q, divide));
+        vst1q_f32(out + i + 12, forward4(d, &q, divide));
     }
-    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, forward_mul4(vld1q_f32(x + i), &q));
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, forward4(vld1q_f32(x + i), &q, divide));
     for (; i < n; ++i)
-        out[i] = fq_element_mul(x[i], grid->nudged_min, grid->nudged_max, grid->inv_scale,
-                                grid->quant_zero, grid->scale);
+        out[i] = divide ? fq_element_div(x[i], grid)
+                        : fq_element_mul(x[i], grid->nudged_min, grid->nudged_max, grid->inv_scale,
+                                         grid->quant_zero, grid->scale);
+}
+
+static void forward_mul__neon(const float *x, float *out, size_t n, const fq_grid *grid) {
+    forward_loop(x, out, n, grid, 0);
 }
 
 static void forward_div__neon(const float *x, float *out, size_t n, const fq_grid *grid) {
-    const grid4 q = broadcast(grid);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const float32x4_t a = vld1q_f32(x + i), b = vld1q_f32(x + i + 4);
-        const float32x4_t c = vld1q_f32(x + i + 8), d = vld1q_f32(x + i + 12);
-        vst1q_f32(out + i, forward_div4(a, &q));
-        vst1q_f32(out + i + 4, forward_div4(b, &q));
-        vst1q_f32(out + i + 8, forward_div4(c, &q));
-        vst1q_f32(out + i + 12, forward_div4(d, &q));
-    }
-    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, forward_div4(vld1q_f32(x + i), &q));
-    for (; i < n; ++i) out[i] = fq_element_div(x[i], grid);
+    forward_loop(x, out, n, grid, 1);
 }
 
 static inline float32x4_t mask4(const float *g, const float *x, float32x4_t nmin, float32x4_t nmax) {
