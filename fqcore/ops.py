@@ -122,6 +122,8 @@ def _scalar(value, name):
     float32 once)."""
     if type(value) is float:
         return value
+    if type(value) is np.ndarray and value.shape == () and value.dtype == _FLOAT32:
+        return float(value)
     if isinstance(value, np.ndarray):
         if value.ndim != 0:
             raise ValueError(f"`{name}` must be rank 0 but is rank {value.ndim}")

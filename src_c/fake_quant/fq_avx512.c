@@ -198,12 +198,19 @@ static void channel_forward__avx512(const float *x, float *out, size_t rows, con
     const fq_grid_table grids = *t; /* a local copy: stores to out cannot change it */
     const size_t period = grids.period;
     if (p0 == 0 && p1 == period && period % 16 == 0) {
+        /* The chunks of the interleaved grid, in order: one pointer that wraps with the period. */
+        const float *chunk = grids.grid, *const end = grids.grid + fq_grid_offset(period, 0);
         const size_t n = rows * period;
-        size_t p = 0;
-        for (size_t i = 0; i < n; i += 16, p = next_position(p, period)) {
+        for (size_t i = 0; i < n; i += 16) {
             _mm_prefetch((const char *)(x + i + FQ_PREFETCH_AHEAD), _MM_HINT_T0);
-            const grid16 q = load_grid(&grids, p);
+            const grid16 q = {_mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MIN),
+                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MAX),
+                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_SCALE),
+                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_INV_SCALE),
+                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_QUANT_ZERO)};
             _mm512_storeu_ps(out + i, forward_mul16(_mm512_loadu_ps(x + i), &q));
+            chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;
+            chunk = chunk == end ? grids.grid : chunk;
         }
         return;
     }
