@@ -48,28 +48,37 @@ def _flat(array):
 def _output(out, shape, inputs):
     """The result buffer, `out` after checks or a new array, and the inputs that overlap it."""
     if out is None:
-        return np.empty(shape, _FLOAT32), None
+        return np.empty(shape, _FLOAT32), ()
     if not isinstance(out, np.ndarray) or out.dtype != _FLOAT32:
         raise TypeError(f"out must be a float32 ndarray, got {getattr(out, 'dtype', type(out).__name__)}")
     if out.shape != shape:
         raise ValueError(f"out has shape {out.shape}, expected {shape}")
-    if not (out.flags.c_contiguous and out.flags.writeable and out.flags.aligned):
+    flags = out.flags
+    if not (flags.c_contiguous and flags.writeable and flags.aligned):
         raise ValueError("out must be a writeable, aligned, C-contiguous array")
-    return out, [i for i in inputs if i is not out and np.may_share_memory(i, out)]
+    overlapping = []
+    for array in inputs:
+        if array is not out and _may_overlap(array, out):
+            overlapping.append(array)
+    return out, overlapping
 
 
-def _unshare(flat_inputs, overlapping):
-    """Copies inputs that partly overlap `out`; an input that *is* out is safe to overwrite in place."""
-    if not overlapping:
-        return flat_inputs
-    return tuple(f.copy() if any(np.may_share_memory(f, o) for o in overlapping) else f
-                 for f in flat_inputs)
+def _may_overlap(a, b):
+    """Whether two distinct arrays may share memory; two that own their data never do (cheap)."""
+    return (a.base is not None or b.base is not None) and np.may_share_memory(a, b)
 
 
 def _prepare(out, *arrays):
-    """The result buffer (checked `out`, or new) and flat views of the validated input arrays."""
+    """The result buffer (checked `out`, or new) and flat views of the validated input arrays.
+    An input that partly overlaps `out` is copied; one that *is* out is safe to overwrite."""
     result, overlapping = _output(out, arrays[-1].shape, arrays)
-    return result, _unshare(tuple(_flat(a) for a in arrays), overlapping)
+    flats = []
+    for array in arrays:
+        flat = _flat(array)
+        if overlapping and any(np.may_share_memory(flat, o) for o in overlapping):
+            flat = flat.copy()
+        flats.append(flat)
+    return result, flats
 
 
 def _num_bits(num_bits):
