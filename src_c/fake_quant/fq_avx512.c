@@ -144,7 +144,7 @@ static inline run16 run_vectors(const float *g, const float *x, float *dx, size_
     if (run.not_finite) {
         run = empty_run();
         for (size_t k = 0; k < count; ++k) products16(gv[k], xv[k], nmin, nmax, &run);
-        run.outside = 0xffff;
+        run.outside = 0xffff; /* the NaN products must reach the float64 sums */
     }
     return run;
 }
