@@ -4,6 +4,7 @@
 #endif
 #include <immintrin.h>
 
+#include "fq_channel_walk.h"
 #include "fq_element.h"
 
 typedef struct {
@@ -145,30 +146,55 @@ static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n,
     fq_flush_runs(run_min, run_max, lanes_min, lanes_max);
 }
 
-/* Per-channel kernels walk rows in order; the forward takes FQ_ROWS_PER_GRID rows at a time, so
-   each grid load serves several rows (the grids of a long period do not all stay in L1), and a few
-   sequential streams remain, which the prefetchers follow. */
-#define FQ_ROWS_PER_GRID 4
+/* Per-channel kernels walk the rows in memory order; fq_channel_walk.h says how the forward
+   chooses. */
+static void forward_flat(const float *x, float *out, size_t n, const fq_grid_table *grids) {
+    /* The chunks of the interleaved grid, in order: one pointer that wraps with the period; each
+       chunk of 16 positions is two vectors. */
+    const float *chunk = grids->grid, *const end = grids->grid + fq_grid_offset(grids->period, 0);
+    for (size_t i = 0; i < n; i += 16) {
+        _mm_prefetch((const char *)(x + i + FQ_PREFETCH_AHEAD), _MM_HINT_T0);
+        for (int half = 0; half < 2; ++half) {
+            const float *c = chunk + 8 * half;
+            const grid8 q = {_mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MIN),
+                             _mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MAX),
+                             _mm256_loadu_ps(c + 16 * FQ_GRID_SCALE),
+                             _mm256_loadu_ps(c + 16 * FQ_GRID_INV_SCALE),
+                             _mm256_loadu_ps(c + 16 * FQ_GRID_QUANT_ZERO)};
+            _mm256_storeu_ps(out + i + 8 * half, forward_mul8(_mm256_loadu_ps(x + i + 8 * half), &q));
+        }
+        chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;
+        chunk = chunk == end ? grids->grid : chunk;
+    }
+}
+
+/* FQ_ROWS_PER_GRID rows, positions [p0, p1), each grid load serving every row. */
+static void forward_rows_sharing_grid(const float *x, float *out, const fq_grid_table *grids,
+                                      size_t p0, size_t p1) {
+    const size_t period = grids->period;
+    size_t p = p0;
+    for (; p + 8 <= p1; p += 8) {
+        const grid8 q = load_grid(grids, p);
+        __m256 v[FQ_ROWS_PER_GRID];
+        for (int k = 0; k < FQ_ROWS_PER_GRID; ++k) v[k] = _mm256_loadu_ps(x + k * period + p);
+        for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
+            _mm256_storeu_ps(out + k * period + p, forward_mul8(v[k], &q));
+    }
+    for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
+        fq_channel_forward_row(x + k * period, out + k * period, grids, p, p1);
+}
 
 static void channel_forward__avx2(const float *x, float *out, size_t rows, const fq_grid_table *t,
                                   size_t p0, size_t p1) {
-    const size_t period = t->period;
     const fq_grid_table grids = *t; /* a local copy: stores to out cannot change it */
-    size_t r = 0;
-    for (; r + FQ_ROWS_PER_GRID <= rows; r += FQ_ROWS_PER_GRID) {
-        const float *xr = x + r * period;
-        float *outr = out + r * period;
-        size_t p = p0;
-        for (; p + 8 <= p1; p += 8) {
-            const grid8 q = load_grid(&grids, p);
-            __m256 v[FQ_ROWS_PER_GRID];
-            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k) v[k] = _mm256_loadu_ps(xr + k * period + p);
-            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
-                _mm256_storeu_ps(outr + k * period + p, forward_mul8(v[k], &q));
-        }
-        for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
-            fq_channel_forward_row(xr + k * period, outr + k * period, &grids, p, p1);
+    const size_t period = grids.period;
+    if (fq_channel_forward_is_flat(rows, period, p0, p1)) {
+        forward_flat(x, out, rows * period, &grids);
+        return;
     }
+    size_t r = 0;
+    for (; r + FQ_ROWS_PER_GRID <= rows; r += FQ_ROWS_PER_GRID)
+        forward_rows_sharing_grid(x + r * period, out + r * period, &grids, p0, p1);
     for (; r < rows; ++r) {
         const float *xr = x + r * period;
         float *outr = out + r * period;

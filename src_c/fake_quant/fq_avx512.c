@@ -4,6 +4,7 @@
 #endif
 #include <immintrin.h>
 
+#include "fq_channel_walk.h"
 #include "fq_element.h"
 
 typedef struct {
@@ -179,28 +180,12 @@ static void mask_sums__avx512(const float *g, const float *x, float *dx, size_t 
     fq_flush_runs(run_min, run_max, lanes_min, lanes_max);
 }
 
-/* Per-channel kernels walk the rows in memory order. When a call covers whole periods that are
-   whole vectors, the rows can be one flat loop whose position wraps without a branch: a short
-   inner loop per row would end in a mispredicted branch every few vectors, and each one throws away
-   the loads in flight, which is what hides memory latency. */
+/* Per-channel kernels walk the rows in memory order (fq_channel_walk.h says how the forward
+   chooses); a gradient call over whole periods of whole vectors runs as one flat loop. */
 static inline size_t next_position(size_t p, size_t period) {
     p += 16;
     return p == period ? 0 : p;
 }
-
-/* Floats ahead of the flat forward loop to prefetch: its grid loads take room in the out-of-order
-   window that would otherwise keep more memory reads in flight (measured: 9.1 ms -> 7.3 ms on
-   [131072, 128]). */
-#define FQ_PREFETCH_AHEAD 1024
-/* How the forward walks, by shape (the bits are the same either way; times on Zen 4, per-channel
-   over per-tensor Vars): by default FQ_ROWS_PER_GRID rows at a time, sharing each grid load, as
-   loads per vector bound the speed while the data is in cache ([3, 3, 64, 128]: 1.25x against
-   1.8x row by row; [8192, 128]: 1.2x against 1.55x flat; [1024, 16384]: 1.6x against 2.3x). Short
-   rows past the last-level cache go flat instead: a mispredicted exit every few vectors limits the
-   reads in flight ([131072, 128]: 1.7-2.2x against 2.3-2.6x; [32768, 128]: 2.5x against 3.7x). */
-#define FQ_IN_CACHE_ELEMENTS ((size_t)1 << 21)
-#define FQ_SHORT_PERIOD ((size_t)256)
-#define FQ_ROWS_PER_GRID 4
 
 static void forward_flat(const float *x, float *out, size_t n, const fq_grid_table *grids) {
     /* The chunks of the interleaved grid, in order: one pointer that wraps with the period. */
@@ -238,8 +223,7 @@ static void channel_forward__avx512(const float *x, float *out, size_t rows, con
                                     size_t p0, size_t p1) {
     const fq_grid_table grids = *t; /* a local copy: stores to out cannot change it */
     const size_t period = grids.period;
-    if (rows * period > FQ_IN_CACHE_ELEMENTS && period <= FQ_SHORT_PERIOD && p0 == 0 &&
-        p1 == period && period % 16 == 0) {
+    if (fq_channel_forward_is_flat(rows, period, p0, p1)) {
         forward_flat(x, out, rows * period, &grids);
         return;
     }
