@@ -1,4 +1,5 @@
 """Builds fqcore._kernels: the C kernels (each ISA file with its own flags) and the Cython wrapper."""
+import glob
 import os
 import shutil
 import sys
@@ -113,6 +114,8 @@ extension = Extension(
     "fqcore._kernels",
     sources=["fqcore/_kernels.pyx"] + [os.path.join(SRC, s) for s in COMMON_SOURCES],
     include_dirs=[os.path.join(SRC, "include"), SRC],
+    # Headers hold kernel code too (inline element functions, tuning constants): a change rebuilds.
+    depends=sorted(glob.glob(os.path.join(SRC, "**", "*.h"), recursive=True)),
 )
 
 setup(
