@@ -1,4 +1,6 @@
 """ISA and thread controls of the C library: show_config, available_isas, get/set_isa, threads."""
+import os
+
 from . import _kernels
 
 _ISA_NAMES = _kernels.ISA_NAMES
@@ -64,7 +66,6 @@ def _init_from_environment():
     try:
         _kernels.init()
     except ValueError as error:
-        import os
         raise ImportError(
             f"fqcore: bad environment override FQCORE_ISA={os.environ.get('FQCORE_ISA')!r} "
             f"FQCORE_NUM_THREADS={os.environ.get('FQCORE_NUM_THREADS')!r}: {error}; "
