@@ -144,10 +144,13 @@ def _scalar(value, name):
     return float(np.float32(value))
 
 
-def _same_shape(gradients, inputs):
+def _gradient_inputs(gradients, inputs):
+    """Both arrays of a gradient op, validated, of one shape."""
+    gradients, inputs = _array(gradients, "gradients"), _array(inputs, "inputs")
     if gradients.shape != inputs.shape:
         raise ValueError(f"gradients and inputs must have the same shape, got gradients "
                          f"{gradients.shape} and inputs {inputs.shape}")
+    return gradients, inputs
 
 
 def _channel_range(value, name, channels):
@@ -162,11 +165,13 @@ def _channel_range(value, name, channels):
     return _flat(array)
 
 
-def _channel_inputs(inputs):
+def _channel_ranges(inputs, min, max):
+    """The per-channel min and max for `inputs`, whose last dimension holds the channels."""
     if inputs.ndim == 0:
         raise ValueError("inputs must be rank 1 or higher for per-channel quantization "
                          "(channels are the last dimension), got a rank-0 array")
-    return inputs.shape[-1]
+    channels = inputs.shape[-1]
+    return _channel_range(min, "min", channels), _channel_range(max, "max", channels)
 
 
 def fake_quant_with_min_max_args(inputs, min=-6.0, max=6.0, num_bits=8, narrow_range=False, *,
@@ -184,8 +189,7 @@ def fake_quant_with_min_max_args(inputs, min=-6.0, max=6.0, num_bits=8, narrow_r
 def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6.0, max=6.0, num_bits=8,
                                           narrow_range=False, *, out=None):
     """FakeQuantWithMinMaxArgsGradient: `gradients` where inputs lie on the nudged range, else 0."""
-    gradients, inputs = _array(gradients, "gradients"), _array(inputs, "inputs")
-    _same_shape(gradients, inputs)
+    gradients, inputs = _gradient_inputs(gradients, inputs)
     lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, (g, x) = _prepare(out, gradients, inputs)
@@ -208,8 +212,7 @@ def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=
                                           narrow_range=False, *, out=None):
     """FakeQuantWithMinMaxVarsGradient, fused: (backprops_wrt_input, backprop_wrt_min,
     backprop_wrt_max); the two sums are numpy float32 scalars, as TF's 0-d tensors give."""
-    gradients, inputs = _array(gradients, "gradients"), _array(inputs, "inputs")
-    _same_shape(gradients, inputs)
+    gradients, inputs = _gradient_inputs(gradients, inputs)
     lo, hi = _scalar(min, "min"), _scalar(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, (g, x) = _prepare(out, gradients, inputs)
@@ -222,8 +225,7 @@ def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narro
                                              out=None):
     """FakeQuantWithMinMaxVarsPerChannel: one range per channel of the last dimension."""
     inputs = _array(inputs, "inputs")
-    channels = _channel_inputs(inputs)
-    lo, hi = _channel_range(min, "min", channels), _channel_range(max, "max", channels)
+    lo, hi = _channel_ranges(inputs, min, max)
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, (x,) = _prepare(out, inputs)
     _kernels.channel_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
@@ -234,12 +236,10 @@ def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, ma
                                                       narrow_range=False, *, out=None):
     """FakeQuantWithMinMaxVarsPerChannelGradient, fused, one pass over contiguous memory:
     (backprops_wrt_input, backprop_wrt_min[d], backprop_wrt_max[d])."""
-    gradients, inputs = _array(gradients, "gradients"), _array(inputs, "inputs")
-    _same_shape(gradients, inputs)
-    channels = _channel_inputs(inputs)
-    lo, hi = _channel_range(min, "min", channels), _channel_range(max, "max", channels)
+    gradients, inputs = _gradient_inputs(gradients, inputs)
+    lo, hi = _channel_ranges(inputs, min, max)
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, (g, x) = _prepare(out, gradients, inputs)
-    dmin, dmax = np.empty(channels, _FLOAT32), np.empty(channels, _FLOAT32)
+    dmin, dmax = np.empty(lo.shape, _FLOAT32), np.empty(lo.shape, _FLOAT32)
     _kernels.channel_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range, dmin, dmax)
     return FakeQuantWithMinMaxVarsPerChannelGradient(result, dmin, dmax)
