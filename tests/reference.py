@@ -3,45 +3,19 @@
 Every float32 operation is done by numpy in float32, and its result flushed to zero when denormal,
 as TF's CPU threads (flush-to-zero, denormals-are-zero) compute it. Used to check fqcore on inputs
 the golden set does not hold (Hypothesis-generated)."""
-import math
-
 import numpy as np
 
+from golden_inputs import flush as ftz
+from golden_inputs import nudge as _nudged_range
+
 F32 = np.float32
-_TINY = np.finfo(np.float32).tiny
-
-
-def ftz(a):
-    """Denormals (inputs or results) become zero of the same sign."""
-    a = np.asarray(a, F32)
-    return np.where(np.abs(a) < _TINY, np.copysign(F32(0), a), a).astype(F32)
-
-
-def _round_half_away(z):
-    if not math.isfinite(float(z)):
-        return F32(z)
-    return F32(math.copysign(math.floor(abs(float(z)) + 0.5), float(z)))
 
 
 def nudge(min, max, num_bits, narrow_range):
-    """(nudged_min, nudged_max, scale, inv_scale, quant_zero) as float32 scalars."""
+    """(nudged_min, nudged_max, scale, inv_scale, quant_zero) as float32 scalars; the nudge itself is
+    the one the golden-data recipe uses."""
+    nmin, nmax, scale, inv_scale = (v[()] for v in _nudged_range(F32(min), F32(max), num_bits, narrow_range))
     with np.errstate(all="ignore"):
-        lo, hi = ftz(F32(min))[()], ftz(F32(max))[()]
-        qmin = F32(1 if narrow_range else 0)
-        qmax = F32(2 ** num_bits - 1)
-        scale = ftz((hi - lo) / (qmax - qmin))[()]
-        inv_scale = ftz((qmax - qmin) / (hi - lo))[()]
-        zpf = ftz(qmin - ftz(lo / scale))[()]
-        if np.isnan(zpf):
-            zp = F32(0)  # TF stores the zero point as uint16: NaN becomes 0
-        elif zpf < qmin:
-            zp = qmin
-        elif zpf > qmax:
-            zp = qmax
-        else:
-            zp = _round_half_away(zpf)
-        nmin = ftz((qmin - zp) * scale)[()]
-        nmax = ftz((qmax - zp) * scale)[()]
         quant_zero = np.floor(ftz(ftz(-nmin * inv_scale) + F32(0.5)))[()]
     return nmin, nmax, scale, inv_scale, quant_zero
 
