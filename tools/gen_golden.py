@@ -1,4 +1,4 @@
-"""Writes the TensorFlow golden data in tests/data/: run as `/opt/tfenv/bin/python tools/gen_golden.py` (TF 2.21, CPU)."""
+"""Writes the TensorFlow golden data in tests/data/ (needs TF 2.21 on the CPU: `pip install tensorflow-cpu==2.21.*`, then `python tools/gen_golden.py`)."""
 
 import hashlib
 import os
