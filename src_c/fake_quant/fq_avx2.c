@@ -89,19 +89,23 @@ static inline void add_to_lanes(__m256 runs, __m256d *lo, __m256d *hi) {
     *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(runs, 1)));
 }
 
-/* dx of 8 elements and their products g * (x < nmin), g * (x > nmax); returns a lane mask
-   (movemask bits) of lanes whose products may be non-zero: outside the grid, or g not finite.
-   g and x are read once, before dx is stored: dx may be g or x itself. */
+/* dx of 8 elements; where a lane is outside the grid or has a non-finite g, also the products
+   g * (x < nmin), g * (x > nmax) added into the float32 runs (elsewhere they are +-0, which leaves a
+   run that starts at +0 unchanged). Returns whether it added them. g and x are read once, before dx
+   is stored: dx may be g or x itself. */
 static inline int grad8(const float *g, const float *x, float *dx, __m256 nmin, __m256 nmax,
-                        __m256 *to_min, __m256 *to_max) {
+                        __m256 *run_min, __m256 *run_max) {
     const __m256 gv = _mm256_loadu_ps(g), xv = _mm256_loadu_ps(x);
     const __m256 inside = between8(xv, nmin, nmax);
-    *to_min = _mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmin, _CMP_LT_OQ)));
-    *to_max = _mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmax, _CMP_GT_OQ)));
-    _mm256_storeu_ps(dx, _mm256_mul_ps(gv, as_one(inside)));
     const __m256 abs_g = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
     const __m256 finite = _mm256_cmp_ps(abs_g, _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
-    return _mm256_movemask_ps(_mm256_and_ps(inside, finite)) ^ 0xff;
+    const int needed = _mm256_movemask_ps(_mm256_and_ps(inside, finite)) != 0xff;
+    if (needed) {
+        *run_min = _mm256_add_ps(*run_min, _mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmin, _CMP_LT_OQ))));
+        *run_max = _mm256_add_ps(*run_max, _mm256_mul_ps(gv, as_one(_mm256_cmp_ps(xv, nmax, _CMP_GT_OQ))));
+    }
+    _mm256_storeu_ps(dx, _mm256_mul_ps(gv, as_one(inside)));
+    return needed;
 }
 
 static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n, const fq_grid *grid,
@@ -118,12 +122,9 @@ static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n,
         __m256 run_min[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         __m256 run_max[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         int needed = 0;
-        for (int k = 0; k < 2 * FQ_SUM_RUN; ++k) {
-            __m256 to_min, to_max;
-            needed |= grad8(g + i + 8 * k, x + i + 8 * k, dx + i + 8 * k, nmin, nmax, &to_min, &to_max);
-            run_min[k & 1] = _mm256_add_ps(run_min[k & 1], to_min);
-            run_max[k & 1] = _mm256_add_ps(run_max[k & 1], to_max);
-        }
+        for (int k = 0; k < 2 * FQ_SUM_RUN; ++k)
+            needed |= grad8(g + i + 8 * k, x + i + 8 * k, dx + i + 8 * k, nmin, nmax, &run_min[k & 1],
+                            &run_max[k & 1]);
         if (needed == 0) continue; /* every product was +-0 */
         for (int h = 0; h < 2; ++h) {
             add_to_lanes(run_min[h], &mn[2 * h], &mn[2 * h + 1]);
@@ -227,9 +228,9 @@ static void channel_mask_sums__avx2(const float *g, const float *x, float *dx, s
         for (; p + 8 <= p1; p += 8) {
             const __m256 nmin = _mm256_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN));
             const __m256 nmax = _mm256_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX));
-            __m256 to_min, to_max;
+            __m256 to_min = _mm256_setzero_ps(), to_max = _mm256_setzero_ps();
             /* Lanes inside with finite g add +-0, which leaves the accumulators unchanged. */
-            if (grad8(gr + p, xr + p, dxr + p, nmin, nmax, &to_min, &to_max) == 0) continue;
+            if (!grad8(gr + p, xr + p, dxr + p, nmin, nmax, &to_min, &to_max)) continue;
             add_to_positions(to_min, acc_min + p);
             add_to_positions(to_max, acc_max + p);
         }
