@@ -38,11 +38,11 @@ def _array(value, name):
 
 
 def _flat(array):
-    """A 1-D, C-contiguous, aligned view of `array`; reshape copies only when the layout needs it.
+    """A 1-D, C-contiguous, aligned view of `array`; ravel copies only when the layout needs it.
     A misaligned buffer is copied: C compilers may assume float pointers are 4-byte aligned."""
     if array.flags.aligned:
-        return array.reshape(-1)
-    return array.copy().reshape(-1)
+        return array.ravel()
+    return array.copy().ravel()
 
 
 def _output(out, shape, inputs):
@@ -56,28 +56,20 @@ def _output(out, shape, inputs):
     flags = out.flags
     if not (flags.c_contiguous and flags.writeable and flags.aligned):
         raise ValueError("out must be a writeable, aligned, C-contiguous array")
-    overlapping = []
-    for array in inputs:
-        if array is not out and _may_overlap(array, out):
-            overlapping.append(array)
-    return out, overlapping
+    # Two distinct arrays that own their data never overlap; that test is cheap, the other is not.
+    return out, [a for a in inputs if a is not out and (a.base is not None or out.base is not None)
+                 and np.may_share_memory(a, out)]
 
 
-def _may_overlap(a, b):
-    """Whether two distinct arrays may share memory; two that own their data never do (cheap)."""
-    return (a.base is not None or b.base is not None) and np.may_share_memory(a, b)
-
-
-def _prepare(out, *arrays):
-    """The result buffer (checked `out`, or new) and flat views of the validated input arrays.
-    An input that partly overlaps `out` is copied; one that *is* out is safe to overwrite."""
-    result, overlapping = _output(out, arrays[-1].shape, arrays)
-    flats = []
-    for array in arrays:
-        flat = _flat(array)
-        if overlapping and any(np.may_share_memory(flat, o) for o in overlapping):
-            flat = flat.copy()
-        flats.append(flat)
+def _prepare(out, inputs, gradients=None):
+    """The result buffer (checked `out`, or new) and flat views of the validated input arrays
+    (gradients first, when given). An input that partly overlaps `out` is copied; one that *is*
+    out is safe to overwrite."""
+    arrays = (inputs,) if gradients is None else (gradients, inputs)
+    result, overlapping = _output(out, inputs.shape, arrays)
+    flats = [_flat(inputs)] if gradients is None else [_flat(gradients), _flat(inputs)]
+    if overlapping:
+        flats = [f.copy() if any(np.may_share_memory(f, o) for o in overlapping) else f for f in flats]
     return result, flats
 
 
@@ -181,7 +173,7 @@ def fake_quant_with_min_max_args(inputs, min=-6.0, max=6.0, num_bits=8, narrow_r
     lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, (x,) = _prepare(out, inputs)
-    if not _kernels.args_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range):
+    if not _kernels.args_forward(x, result.ravel(), lo, hi, num_bits, narrow_range):
         raise _range_error(lo, hi)
     return result
 
@@ -192,8 +184,8 @@ def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6.0, max=6.0, 
     gradients, inputs = _gradient_inputs(gradients, inputs)
     lo, hi = _attr_float(min, "min"), _attr_float(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    result, (g, x) = _prepare(out, gradients, inputs)
-    if not _kernels.args_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range):
+    result, (g, x) = _prepare(out, inputs, gradients)
+    if not _kernels.args_grad(g, x, result.ravel(), lo, hi, num_bits, narrow_range):
         raise _range_error(lo, hi)
     return result
 
@@ -204,7 +196,7 @@ def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=Fals
     lo, hi = _scalar(min, "min"), _scalar(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, (x,) = _prepare(out, inputs)
-    _kernels.vars_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
+    _kernels.vars_forward(x, result.ravel(), lo, hi, num_bits, narrow_range)
     return result
 
 
@@ -215,9 +207,9 @@ def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=
     gradients, inputs = _gradient_inputs(gradients, inputs)
     lo, hi = _scalar(min, "min"), _scalar(max, "max")
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    result, (g, x) = _prepare(out, gradients, inputs)
+    result, (g, x) = _prepare(out, inputs, gradients)
     sums = np.empty(2, _FLOAT32)
-    _kernels.vars_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range, sums)
+    _kernels.vars_grad(g, x, result.ravel(), lo, hi, num_bits, narrow_range, sums)
     return FakeQuantWithMinMaxVarsGradient(result, sums[0], sums[1])
 
 
@@ -228,7 +220,7 @@ def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narro
     lo, hi = _channel_ranges(inputs, min, max)
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
     result, (x,) = _prepare(out, inputs)
-    _kernels.channel_forward(x, result.reshape(-1), lo, hi, num_bits, narrow_range)
+    _kernels.channel_forward(x, result.ravel(), lo, hi, num_bits, narrow_range)
     return result
 
 
@@ -239,7 +231,7 @@ def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, ma
     gradients, inputs = _gradient_inputs(gradients, inputs)
     lo, hi = _channel_ranges(inputs, min, max)
     num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-    result, (g, x) = _prepare(out, gradients, inputs)
+    result, (g, x) = _prepare(out, inputs, gradients)
     dmin, dmax = np.empty(lo.shape, _FLOAT32), np.empty(lo.shape, _FLOAT32)
-    _kernels.channel_grad(g, x, result.reshape(-1), lo, hi, num_bits, narrow_range, dmin, dmax)
+    _kernels.channel_grad(g, x, result.ravel(), lo, hi, num_bits, narrow_range, dmin, dmax)
     return FakeQuantWithMinMaxVarsPerChannelGradient(result, dmin, dmax)
