@@ -146,9 +146,10 @@ def _gradient_inputs(gradients, inputs):
 
 
 def _channel_range(value, name, channels):
-    if (type(value) is np.ndarray and value.dtype == _FLOAT32 and value.shape == (channels,)
-            and value.flags.c_contiguous):
-        return value
+    if type(value) is np.ndarray and value.dtype == _FLOAT32 and value.shape == (channels,):
+        flags = value.flags
+        if flags.c_contiguous and flags.aligned:
+            return value
     array = _array(value, name)
     if array.ndim != 1:
         raise ValueError(f"{name} must be rank 1 but is rank {array.ndim}")

@@ -173,6 +173,15 @@ def test_misaligned_buffer():
                                   fqcore.fake_quant_with_min_max_vars(x.copy(), -6.0, 6.0))
 
 
+def test_misaligned_per_channel_ranges():
+    raw = np.zeros(4 * 3 + 1, np.uint8)[1:]
+    lo = raw.view(np.float32)
+    lo[:] = LO
+    assert not lo.flags.aligned
+    np.testing.assert_array_equal(fqcore.fake_quant_with_min_max_vars_per_channel(X, lo, HI),
+                                  fqcore.fake_quant_with_min_max_vars_per_channel(X, LO, HI))
+
+
 def test_empty_and_0d():
     empty = np.zeros((0, 3), np.float32)
     assert fqcore.fake_quant_with_min_max_args(empty).shape == (0, 3)
