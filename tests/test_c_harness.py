@@ -1,4 +1,5 @@
-"""Builds and runs the C kernel harness (tests/c): natively, and for aarch64 (NEON) under qemu-user."""
+"""Builds and runs the C kernel harness (tests/c): natively, under ASan + UBSan, and for aarch64
+(NEON) under qemu-user."""
 import os
 import shutil
 import subprocess
@@ -46,6 +47,16 @@ def test_native_kernels_match_scalar():
     if missing:
         pytest.skip(f"the native C harness needs {', '.join(missing)} on PATH")
     _build_and_run("native", [os.path.join("build", "test_kernels")])
+
+
+def test_native_kernels_under_address_and_undefined_behavior_sanitizers():
+    """Every ISA of this machine, every size and misaligned start of the harness: no read or write
+    out of bounds, no undefined behaviour (both abort the run)."""
+    missing = _missing("make", "gcc")
+    if missing:
+        pytest.skip(f"the sanitized C harness needs {', '.join(missing)} on PATH")
+    _build_and_run("sanitized", ["env", "ASAN_OPTIONS=detect_leaks=0",
+                                 os.path.join("build", "test_kernels_sanitized")])
 
 
 def test_aarch64_neon_kernels_match_scalar_under_qemu():
