@@ -180,8 +180,6 @@ fq_status fq_set_isa(fq_isa isa) {
     return FQ_OK;
 }
 
-fq_isa fq_runtime_isa(void) { return fq_get_isa(); }
-
 int fq_has_openmp(void) {
 #ifdef _OPENMP
     return 1;

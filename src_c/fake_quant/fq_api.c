@@ -18,7 +18,7 @@
 #define FQ_CHANNEL_MAX_PADDED_PERIOD ((size_t)4096)
 
 static const fq_fake_quant_kernels *active_kernels(void) {
-    switch (fq_runtime_isa()) {
+    switch (fq_get_isa()) {
 #ifdef FQ_BUILD_AVX2
     case FQ_ISA_AVX2: return &fq_fake_quant__avx2;
 #endif
@@ -206,11 +206,11 @@ static size_t channel_period(size_t channels) {
     return padded <= FQ_CHANNEL_MAX_PADDED_PERIOD ? padded : channels;
 }
 
-/* Spacing of the min and max partial sums of a period: a cache line more than the period, so
-   that at a 4 KiB period they do not fall in the same L1 set as each other and as the rows of the
-   data (which are 4 KiB apart too). In elements of `size` bytes. */
-static size_t skewed_stride(size_t period, size_t size) {
-    const size_t per_line = 64 / size;
+/* Spacing, in doubles, of the min and max partial sums of a period: a cache line more than the
+   period, so that at a 4 KiB period they do not fall in the same L1 set as each other and as the
+   rows of the data (which are 4 KiB apart too). */
+static size_t skewed_stride(size_t period) {
+    const size_t per_line = 64 / sizeof(double);
     return ceil_div(period, per_line) * per_line + per_line;
 }
 
@@ -377,7 +377,7 @@ static fq_status channel_grad(const channel_setup *s, const float *g, const floa
         if (saved == NULL) return FQ_ERR_NO_MEMORY;
     }
     const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
-    const size_t acc_stride = skewed_stride(period, sizeof(double));
+    const size_t acc_stride = skewed_stride(period);
     channel_job job = {active_kernels(), g, x, dx, &s->table, 0, 0, 0, 0, NULL, acc_stride};
     plan_channel_job(&job, rows, channel_sum_blocks(n, period, rows), threads);
     const size_t blocks = rows > 0 ? ceil_div(rows, job.row_chunk) : 1;
