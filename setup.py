@@ -2,7 +2,6 @@
 import glob
 import os
 import shutil
-import sys
 import tempfile
 
 from Cython.Build import cythonize

@@ -9,7 +9,7 @@ import pytest
 
 import fqcore
 import golden_inputs
-from helpers import describe, isa, mismatch_indices  # noqa: F401  (isa is a fixture)
+from helpers import describe, mismatch_indices
 
 DATA = Path(__file__).resolve().parent / "data"
 FAMILIES = ("args", "vars", "per_channel")

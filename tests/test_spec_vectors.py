@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import fqcore
-from helpers import assert_same_bits, isa  # noqa: F401  (isa is a fixture)
+from helpers import assert_same_bits
 
 nan, inf = np.nan, np.inf
 
