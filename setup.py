@@ -27,11 +27,14 @@ COMMON_SOURCES = [
     "fake_quant/fq_api.c",
     "fake_quant/fq_nudge.c",
     "fake_quant/fq_scalar.c",
+    "batch_norm/bn_api.c",
+    "batch_norm/bn_walk.c",
+    "batch_norm/bn_scalar.c",
 ]
 ISA_SOURCES = {
-    "AVX2": ["fake_quant/fq_avx2.c"],
-    "AVX512": ["fake_quant/fq_avx512.c"],
-    "NEON": ["fake_quant/fq_neon.c"],
+    "AVX2": ["fake_quant/fq_avx2.c", "batch_norm/bn_avx2.c"],
+    "AVX512": ["fake_quant/fq_avx512.c", "batch_norm/bn_avx512.c"],
+    "NEON": ["fake_quant/fq_neon.c", "batch_norm/bn_neon.c"],
 }
 PROBES = {
     "AVX2": ("#include <immintrin.h>\nint main(void){__m256 a=_mm256_set1_ps(1.f);"

@@ -2,6 +2,8 @@
 from . import _runtime
 from ._runtime import (available_isas, compiled_isas, get_isa, get_num_threads, set_isa,
                        set_num_threads, show_config)
+from .batch_norm import (FusedBatchNormGradV3, FusedBatchNormV3, fused_batch_norm,
+                         fused_batch_norm_grad)
 from .ops import (FakeQuantWithMinMaxVarsGradient, FakeQuantWithMinMaxVarsPerChannelGradient,
                   fake_quant_with_min_max_args, fake_quant_with_min_max_args_gradient,
                   fake_quant_with_min_max_vars, fake_quant_with_min_max_vars_gradient,
@@ -18,4 +20,5 @@ __all__ = [
     "fake_quant_with_min_max_args", "fake_quant_with_min_max_args_gradient",
     "fake_quant_with_min_max_vars", "fake_quant_with_min_max_vars_gradient",
     "fake_quant_with_min_max_vars_per_channel", "fake_quant_with_min_max_vars_per_channel_gradient",
+    "FusedBatchNormV3", "FusedBatchNormGradV3", "fused_batch_norm", "fused_batch_norm_grad",
 ]

@@ -10,6 +10,8 @@ cdef extern from "fqcore.h" nogil:
         FQ_ERR_BAD_ISA
         FQ_ERR_BAD_THREADS
         FQ_ERR_BAD_SHAPE
+        FQ_ERR_BAD_DTYPE
+        FQ_ERR_BAD_LAYOUT
 
     ctypedef enum fq_isa:
         FQ_ISA_SCALAR
@@ -47,3 +49,32 @@ cdef extern from "fqcore.h" nogil:
                                            size_t channels, const float *min, const float *max,
                                            int num_bits, int narrow_range, float *dmin,
                                            float *dmax)
+
+    ctypedef enum fq_dtype:
+        FQ_DTYPE_F32
+        FQ_DTYPE_F16
+        FQ_DTYPE_BF16
+
+    ctypedef enum fq_bn_layout:
+        FQ_BN_CHANNELS_LAST
+        FQ_BN_CHANNELS_FIRST
+
+    ctypedef struct fq_bn_shape:
+        fq_bn_layout layout
+        size_t outer
+        size_t channels
+        size_t inner
+
+    fq_status fq_bn_forward_training(const void *x, fq_dtype dtype, fq_bn_shape shape,
+                                     const float *scale, const float *offset, float epsilon,
+                                     float exponential_avg_factor, const float *mean_in,
+                                     const float *variance_in, void *y, float *batch_mean,
+                                     float *batch_variance, float *saved_mean,
+                                     float *saved_variance)
+    fq_status fq_bn_forward_inference(const void *x, fq_dtype dtype, fq_bn_shape shape,
+                                      const float *scale, const float *offset, const float *mean,
+                                      const float *variance, float epsilon, void *y)
+    fq_status fq_bn_grad(const void *y_backprop, const void *x, fq_dtype dtype, fq_bn_shape shape,
+                         const float *scale, const float *mean, const float *variance,
+                         float epsilon, int is_training, void *x_backprop, float *scale_backprop,
+                         float *offset_backprop)

@@ -117,3 +117,67 @@ def channel_grad(const float[::1] g, const float[::1] x, float[::1] dx,
                                           _cptr(min), _cptr(max), num_bits, narrow_range,
                                           _ptr(dmin), _ptr(dmax))
     _check(rc)
+
+
+# Batch norm. Element data arrives as the raw bytes of a C-contiguous float32, float16 or bfloat16
+# array (`dtype` says which: 0, 1, 2); everything per channel is float32.
+
+cdef inline const void *_cbytes(const unsigned char[::1] a) noexcept nogil:
+    return &a[0] if a.shape[0] > 0 else NULL
+
+
+cdef inline void *_bytes(unsigned char[::1] a) noexcept nogil:
+    return &a[0] if a.shape[0] > 0 else NULL
+
+
+cdef fq_bn_shape _bn_shape(bint channels_last, size_t outer, size_t channels, size_t inner):
+    cdef fq_bn_shape shape
+    shape.layout = FQ_BN_CHANNELS_LAST if channels_last else FQ_BN_CHANNELS_FIRST
+    shape.outer = outer
+    shape.channels = channels
+    shape.inner = inner
+    return shape
+
+
+def bn_forward_training(const unsigned char[::1] x, int dtype, bint channels_last, size_t outer,
+                        size_t channels, size_t inner, const float[::1] scale,
+                        const float[::1] offset, float epsilon, float exponential_avg_factor,
+                        const float[::1] mean_in, const float[::1] variance_in,
+                        unsigned char[::1] y, float[::1] batch_mean, float[::1] batch_variance,
+                        float[::1] saved_mean, float[::1] saved_variance):
+    cdef fq_status rc
+    cdef fq_bn_shape shape = _bn_shape(channels_last, outer, channels, inner)
+    with nogil:
+        rc = fq_bn_forward_training(_cbytes(x), <fq_dtype>dtype, shape, _cptr(scale),
+                                    _cptr(offset), epsilon, exponential_avg_factor,
+                                    _cptr(mean_in), _cptr(variance_in), _bytes(y),
+                                    _ptr(batch_mean), _ptr(batch_variance), _ptr(saved_mean),
+                                    _ptr(saved_variance))
+    _check(rc)
+
+
+def bn_forward_inference(const unsigned char[::1] x, int dtype, bint channels_last, size_t outer,
+                         size_t channels, size_t inner, const float[::1] scale,
+                         const float[::1] offset, const float[::1] mean,
+                         const float[::1] variance, float epsilon, unsigned char[::1] y):
+    cdef fq_status rc
+    cdef fq_bn_shape shape = _bn_shape(channels_last, outer, channels, inner)
+    with nogil:
+        rc = fq_bn_forward_inference(_cbytes(x), <fq_dtype>dtype, shape, _cptr(scale),
+                                     _cptr(offset), _cptr(mean), _cptr(variance), epsilon,
+                                     _bytes(y))
+    _check(rc)
+
+
+def bn_grad(const unsigned char[::1] y_backprop, const unsigned char[::1] x, int dtype,
+            bint channels_last, size_t outer, size_t channels, size_t inner,
+            const float[::1] scale, const float[::1] mean, const float[::1] variance,
+            float epsilon, bint is_training, unsigned char[::1] x_backprop,
+            float[::1] scale_backprop, float[::1] offset_backprop):
+    cdef fq_status rc
+    cdef fq_bn_shape shape = _bn_shape(channels_last, outer, channels, inner)
+    with nogil:
+        rc = fq_bn_grad(_cbytes(y_backprop), _cbytes(x), <fq_dtype>dtype, shape, _cptr(scale),
+                        _cptr(mean), _cptr(variance), epsilon, is_training, _bytes(x_backprop),
+                        _ptr(scale_backprop), _ptr(offset_backprop))
+    _check(rc)

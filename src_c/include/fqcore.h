@@ -19,7 +19,9 @@ typedef enum {
     FQ_ERR_ISA_UNAVAILABLE = 5, /* the requested ISA is not compiled in or not supported by this CPU */
     FQ_ERR_BAD_ISA = 6,         /* not a known fq_isa value or name */
     FQ_ERR_BAD_THREADS = 7,     /* thread count below 1 */
-    FQ_ERR_BAD_SHAPE = 8        /* per-channel: channels == 0 while the input is not empty */
+    FQ_ERR_BAD_SHAPE = 8,       /* per-channel: channels == 0 while the input is not empty */
+    FQ_ERR_BAD_DTYPE = 9,       /* not a known fq_dtype value */
+    FQ_ERR_BAD_LAYOUT = 10      /* not a known fq_bn_layout value */
 } fq_status;
 
 /* A static English description of a status code. */
@@ -79,6 +81,51 @@ fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t c
 fq_status fq_f32_vars_per_channel_grad(const float *g, const float *x, float *dx, size_t n,
                                        size_t channels, const float *min, const float *max,
                                        int num_bits, int narrow_range, float *dmin, float *dmax);
+
+/* --- Fused batch norm (FusedBatchNormV3 / FusedBatchNormGradV3, TF 2.21 semantics). ---
+   x, y_backprop and the outputs y / x_backprop hold `dtype` elements; everything per channel is
+   float32. Low-precision data is computed in float32 and rounded once (to nearest even) on output.
+   Statistics are sums in float64 in one fixed order: the same bits on every ISA and thread count.
+   Element arrays may alias only exactly (y == x, x_backprop == y_backprop or == x). */
+
+typedef enum {
+    FQ_DTYPE_F32 = 0,
+    FQ_DTYPE_F16 = 1,  /* IEEE binary16 bits (uint16_t) */
+    FQ_DTYPE_BF16 = 2  /* bfloat16 bits (uint16_t): the upper half of a float32 */
+} fq_dtype;
+
+/* Memory order of the data: [outer, inner, channels] (NHWC, NDHWC) or [outer, channels, inner]
+   (NCHW, NCDHW); inner is the spatial extent (H*W or D*H*W), outer the batch N. */
+typedef enum {
+    FQ_BN_CHANNELS_LAST = 0,
+    FQ_BN_CHANNELS_FIRST = 1
+} fq_bn_layout;
+
+typedef struct {
+    fq_bn_layout layout;
+    size_t outer;
+    size_t channels;
+    size_t inner;
+} fq_bn_shape;
+
+/* Training forward. mean_in / variance_in are read only when exponential_avg_factor != 1 (then
+   required). Outputs: y; batch_mean / batch_variance (running statistics, Bessel-corrected);
+   saved_mean / saved_variance (reserve spaces 1 and 2: the batch mean and biased variance). */
+fq_status fq_bn_forward_training(const void *x, fq_dtype dtype, fq_bn_shape shape,
+                                 const float *scale, const float *offset, float epsilon,
+                                 float exponential_avg_factor, const float *mean_in,
+                                 const float *variance_in, void *y, float *batch_mean,
+                                 float *batch_variance, float *saved_mean, float *saved_variance);
+/* Inference forward: y = (x - mean) * (rsqrt(variance + epsilon) * scale) + offset. */
+fq_status fq_bn_forward_inference(const void *x, fq_dtype dtype, fq_bn_shape shape,
+                                  const float *scale, const float *offset, const float *mean,
+                                  const float *variance, float epsilon, void *y);
+/* Gradient. Training: mean / variance are the forward's reserve spaces 1 and 2 (batch mean and
+   biased variance); inference: the population statistics the forward used. */
+fq_status fq_bn_grad(const void *y_backprop, const void *x, fq_dtype dtype, fq_bn_shape shape,
+                     const float *scale, const float *mean, const float *variance, float epsilon,
+                     int is_training, void *x_backprop, float *scale_backprop,
+                     float *offset_backprop);
 
 #ifdef __cplusplus
 }

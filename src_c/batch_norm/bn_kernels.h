@@ -1,0 +1,62 @@
+/* Batch-norm kernel interface shared by the per-ISA files and the public entry points. */
+#ifndef FQ_BN_KERNELS_H
+#define FQ_BN_KERNELS_H
+
+#include <stddef.h>
+
+#include "../include/fqcore.h"
+
+/* Every kernel walks `count` consecutive elements that start at position 0 of a period of `period`
+   positions (the last period may be cut short); position p of every period belongs to the same
+   channel and reads its per-channel values at index p of the tables. Channels-last data uses a
+   period of whole rows of channels; a channels-first run of one channel uses FQ_BN_LANES positions
+   holding equal values. */
+#define FQ_BN_LANES 16
+
+/* Per-position float32 constants of the elementwise kernels. */
+typedef struct {
+    const float *a;
+    const float *b;
+    const float *c;
+    const float *d;
+} fq_bn_table;
+
+/* Elementwise formulas, in float32 without contraction: the scalar kernels, and every SIMD tail,
+   use exactly these. */
+static inline float fq_bn_normalize_one(float x, float mean_hi, float mean_lo, float alpha,
+                                        float beta) {
+    return ((x - mean_hi) - mean_lo) * alpha + beta;
+}
+
+static inline float fq_bn_backprop_one(float dy, float x, float dy_mean, float mean, float k1,
+                                       float k2) {
+    return ((dy - dy_mean) - (x - mean) * k1) * k2;
+}
+
+/* One ISA's kernels. Inputs are valid and the thread is already in flush-to-zero mode. Sums are
+   added, element by element in index order, into the float64 accumulators of each position; the
+   SIMD kernels keep that order per position (they vectorize across positions only). */
+typedef struct {
+    /* a = (double)x - shift[p]; sum[p] += a; sum_sq[p] += a * a. */
+    void (*moments)(const void *x, fq_dtype dtype, size_t count, size_t period, const double *shift,
+                    double *sum, double *sum_sq);
+    /* a = (double)x - mean[p]; d = (double)dy; sum_dy[p] += d; sum_dy_xc[p] += d * a. */
+    void (*grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t count, size_t period,
+                      const double *mean, double *sum_dy, double *sum_dy_xc);
+    /* y = fq_bn_normalize_one(x, a[p], b[p], c[p], d[p]). */
+    void (*normalize)(const void *x, void *y, fq_dtype dtype, size_t count, size_t period,
+                      const fq_bn_table *table);
+    /* dx = fq_bn_backprop_one(dy, x, a[p], b[p], c[p], d[p]). */
+    void (*backprop)(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t count,
+                     size_t period, const fq_bn_table *table);
+    /* dx = dy * a[p]. */
+    void (*scale)(const void *dy, void *dx, fq_dtype dtype, size_t count, size_t period,
+                  const fq_bn_table *table);
+} fq_bn_kernels;
+
+extern const fq_bn_kernels fq_bn__scalar;
+extern const fq_bn_kernels fq_bn__avx2;
+extern const fq_bn_kernels fq_bn__avx512;
+extern const fq_bn_kernels fq_bn__neon;
+
+#endif

@@ -1,0 +1,247 @@
+/* Layout walks for batch norm: which elements each kernel call sees, in which order sums combine,
+   and how calls are spread over threads. */
+#include <stdlib.h>
+
+#include "../common/parallel.h"
+#include "../common/runtime.h"
+#include "bn_walk.h"
+
+/* Channels-last channel counts are padded to a period that fills whole 16-lane vectors (lcm(C, 16))
+   when that stays this short; longer rows use a period of C with a short last vector. */
+#define BN_MAX_PADDED_PERIOD ((size_t)1024)
+/* Channels-last sums: one float64 partial per position for each block of periods; blocks hold at
+   least this many periods (the partials stay a small fraction of the data) and number at most
+   BN_MAX_BLOCKS. Both are functions of the shape alone, so the order of the sums is too. */
+#define BN_MIN_BLOCK_PERIODS ((size_t)64)
+#define BN_MAX_BLOCKS ((size_t)64)
+/* Elementwise passes on several threads: items of about this many elements. */
+#define BN_CHUNK ((size_t)32768)
+
+static const fq_bn_kernels *active_kernels(void) {
+    switch (fq_get_isa()) {
+#ifdef FQ_BUILD_AVX2
+    case FQ_ISA_AVX2: return &fq_bn__avx2;
+#endif
+#ifdef FQ_BUILD_AVX512
+    case FQ_ISA_AVX512: return &fq_bn__avx512;
+#endif
+#ifdef FQ_BUILD_NEON
+    case FQ_ISA_NEON: return &fq_bn__neon;
+#endif
+    default: return &fq_bn__scalar;
+    }
+}
+
+static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+static size_t gcd(size_t a, size_t b) {
+    while (b != 0) {
+        const size_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+static int is_channels_last(const fq_bn_walk *w) { return w->shape.layout == FQ_BN_CHANNELS_LAST; }
+
+static size_t period_of(size_t channels) {
+    const size_t padded = channels / gcd(channels, FQ_BN_LANES) * FQ_BN_LANES;
+    return padded <= BN_MAX_PADDED_PERIOD ? padded : channels;
+}
+
+void fq_bn_walk_init(fq_bn_walk *walk, fq_dtype dtype, fq_bn_shape shape) {
+    walk->kernels = active_kernels();
+    walk->dtype = dtype;
+    walk->element_size = dtype == FQ_DTYPE_F32 ? sizeof(float) : sizeof(unsigned short);
+    /* [N, C, 1] is [N, 1, C] in memory. */
+    if (shape.layout == FQ_BN_CHANNELS_FIRST && shape.inner == 1) {
+        shape.layout = FQ_BN_CHANNELS_LAST;
+    }
+    walk->shape = shape;
+    walk->per_channel = shape.outer * shape.inner;
+    walk->count = walk->per_channel * shape.channels;
+}
+
+static const char *at(const void *base, size_t element, size_t element_size) {
+    return base == NULL ? NULL : (const char *)base + element * element_size;
+}
+
+/* ---- Sums ---- */
+
+typedef struct {
+    const fq_bn_walk *walk;
+    const void *dy, *x;
+    const double *center; /* channels-last: per position; channels-first: per channel */
+    size_t period, periods, blocks;
+    double *partials;     /* channels-last: blocks x (sum_a[period], sum_b[period]) */
+    double *sum_a, *sum_b;
+} sums_job;
+
+static void sums_call(const sums_job *job, size_t first, size_t count, size_t period,
+                      const double *center, double *a, double *b) {
+    const fq_bn_walk *w = job->walk;
+    if (job->dy == NULL) {
+        w->kernels->moments(at(job->x, first, w->element_size), w->dtype, count, period, center, a, b);
+    } else {
+        w->kernels->grad_sums(at(job->dy, first, w->element_size), at(job->x, first, w->element_size),
+                              w->dtype, count, period, center, a, b);
+    }
+}
+
+static void sums_last_item(void *context, size_t block) {
+    const sums_job *job = context;
+    const size_t first = job->periods * block / job->blocks * job->period;
+    size_t end = job->periods * (block + 1) / job->blocks * job->period;
+    if (end > job->walk->count) end = job->walk->count;
+    double *a = job->partials + 2 * job->period * block;
+    double *b = a + job->period;
+    for (size_t p = 0; p < 2 * job->period; ++p) a[p] = 0.0;
+    sums_call(job, first, end - first, job->period, job->center, a, b);
+}
+
+/* Lane l of a channel's run takes the run's elements l, l + 16, ...; every run of the channel adds
+   into the same lanes, batch by batch; the lanes then combine in order. */
+static void sums_first_item(void *context, size_t channel) {
+    const sums_job *job = context;
+    const fq_bn_shape *s = &job->walk->shape;
+    double center[FQ_BN_LANES], a[FQ_BN_LANES], b[FQ_BN_LANES];
+    for (size_t l = 0; l < FQ_BN_LANES; ++l) {
+        center[l] = job->center[channel];
+        a[l] = 0.0;
+        b[l] = 0.0;
+    }
+    for (size_t n = 0; n < s->outer; ++n)
+        sums_call(job, (n * s->channels + channel) * s->inner, s->inner, FQ_BN_LANES, center, a, b);
+    double total_a = 0.0, total_b = 0.0;
+    for (size_t l = 0; l < FQ_BN_LANES; ++l) {
+        total_a += a[l];
+        total_b += b[l];
+    }
+    job->sum_a[channel] = total_a;
+    job->sum_b[channel] = total_b;
+}
+
+fq_status fq_bn_walk_sums(const fq_bn_walk *w, const void *dy, const void *x, const double *center,
+                          double *sum_a, double *sum_b) {
+    const size_t channels = w->shape.channels;
+    sums_job job = {w, dy, x, center, 0, 0, 0, NULL, sum_a, sum_b};
+    if (w->count == 0) {
+        for (size_t c = 0; c < channels; ++c) sum_a[c] = sum_b[c] = 0.0;
+        return FQ_OK;
+    }
+    if (!is_channels_last(w)) {
+        fq_parallel_for(fq_runtime_threads_for(w->count, channels), channels, sums_first_item, &job);
+        return FQ_OK;
+    }
+    job.period = period_of(channels);
+    job.periods = ceil_div(w->count, job.period);
+    job.blocks = job.periods / BN_MIN_BLOCK_PERIODS;
+    if (job.blocks < 1) job.blocks = 1;
+    if (job.blocks > BN_MAX_BLOCKS) job.blocks = BN_MAX_BLOCKS;
+    double *scratch = malloc(sizeof(double) * job.period * (2 * job.blocks + 1));
+    if (scratch == NULL) return FQ_ERR_NO_MEMORY;
+    double *center_by_position = scratch + 2 * job.period * job.blocks;
+    for (size_t p = 0; p < job.period; ++p) center_by_position[p] = center[p % channels];
+    job.center = center_by_position;
+    job.partials = scratch;
+    fq_parallel_for(fq_runtime_threads_for(w->count, job.blocks), job.blocks, sums_last_item, &job);
+    for (size_t c = 0; c < channels; ++c) sum_a[c] = sum_b[c] = 0.0;
+    /* Blocks in index order for each position, then the positions of each channel in order. */
+    for (size_t p = 0; p < job.period; ++p) {
+        double total_a = 0.0, total_b = 0.0;
+        for (size_t block = 0; block < job.blocks; ++block) {
+            total_a += scratch[2 * job.period * block + p];
+            total_b += scratch[2 * job.period * block + job.period + p];
+        }
+        sum_a[p % channels] += total_a;
+        sum_b[p % channels] += total_b;
+    }
+    free(scratch);
+    return FQ_OK;
+}
+
+/* ---- Elementwise passes ---- */
+
+typedef struct {
+    const fq_bn_walk *walk;
+    fq_bn_pass pass;
+    const void *dy, *x;
+    void *out;
+    size_t period, chunk; /* channels-last: elements per item; channels-first: runs per item */
+    float *tables;        /* 4 parameters x period (channels-last) or x FQ_BN_LANES per channel */
+} elementwise_job;
+
+static fq_bn_table table_at(const float *tables, size_t stride, size_t index) {
+    const float *base = tables + 4 * stride * index;
+    const fq_bn_table t = {base, base + stride, base + 2 * stride, base + 3 * stride};
+    return t;
+}
+
+static void elementwise_call(const elementwise_job *job, size_t first, size_t count, size_t period,
+                             const fq_bn_table *table) {
+    const fq_bn_walk *w = job->walk;
+    const size_t es = w->element_size;
+    void *out = (char *)job->out + first * es;
+    switch (job->pass) {
+    case FQ_BN_NORMALIZE:
+        w->kernels->normalize(at(job->x, first, es), out, w->dtype, count, period, table);
+        break;
+    case FQ_BN_BACKPROP:
+        w->kernels->backprop(at(job->dy, first, es), at(job->x, first, es), out, w->dtype, count,
+                             period, table);
+        break;
+    case FQ_BN_SCALE:
+        w->kernels->scale(at(job->dy, first, es), out, w->dtype, count, period, table);
+        break;
+    }
+}
+
+static void elementwise_last_item(void *context, size_t item) {
+    const elementwise_job *job = context;
+    const size_t first = item * job->chunk;
+    const size_t count = job->walk->count - first < job->chunk ? job->walk->count - first : job->chunk;
+    const fq_bn_table table = table_at(job->tables, job->period, 0);
+    elementwise_call(job, first, count, job->period, &table);
+}
+
+static void elementwise_first_item(void *context, size_t item) {
+    const elementwise_job *job = context;
+    const fq_bn_shape *s = &job->walk->shape;
+    const size_t runs = s->outer * s->channels;
+    const size_t end = (item + 1) * job->chunk < runs ? (item + 1) * job->chunk : runs;
+    for (size_t run = item * job->chunk; run < end; ++run) {
+        const fq_bn_table table = table_at(job->tables, FQ_BN_LANES, run % s->channels);
+        elementwise_call(job, run * s->inner, s->inner, FQ_BN_LANES, &table);
+    }
+}
+
+fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
+                                 const void *x, void *out, const fq_bn_table *per_channel) {
+    if (w->count == 0) return FQ_OK;
+    const size_t channels = w->shape.channels;
+    const int last = is_channels_last(w);
+    /* Channels-last: one period of positions; channels-first: FQ_BN_LANES equal values a channel. */
+    const size_t period = last ? period_of(channels) : FQ_BN_LANES;
+    const size_t copies = last ? 1 : channels;
+    float *tables = malloc(sizeof(float) * 4 * period * copies);
+    if (tables == NULL) return FQ_ERR_NO_MEMORY;
+    const float *params[4] = {per_channel->a, per_channel->b, per_channel->c, per_channel->d};
+    for (size_t copy = 0; copy < copies; ++copy)
+        for (size_t k = 0; k < 4; ++k)
+            for (size_t p = 0; p < period; ++p)
+                tables[(4 * copy + k) * period + p] =
+                    params[k] == NULL ? 0.0f : params[k][last ? p % channels : copy];
+    elementwise_job job = {w, pass, dy, x, out, period, 0, tables};
+    const size_t units = last ? ceil_div(w->count, period) : w->shape.outer * channels;
+    const size_t unit_size = last ? period : w->shape.inner;
+    size_t per_item = BN_CHUNK / unit_size;
+    if (per_item < 1) per_item = 1;
+    const int threads = fq_runtime_threads_for(w->count, ceil_div(units, per_item));
+    if (threads == 1) per_item = units;
+    job.chunk = last ? per_item * period : per_item;
+    fq_parallel_for(threads, ceil_div(units, per_item), last ? elementwise_last_item : elementwise_first_item,
+                    &job);
+    free(tables);
+    return FQ_OK;
+}
