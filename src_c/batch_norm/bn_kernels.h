@@ -6,11 +6,11 @@
 
 #include "../include/fqcore.h"
 
-/* Every kernel walks `count` consecutive elements that start at position 0 of a period of `period`
-   positions (the last period may be cut short); position p of every period belongs to the same
-   channel and reads its per-channel values at index p of the tables. Channels-last data uses a
-   period of whole rows of channels; a channels-first run of one channel uses FQ_BN_LANES positions
-   holding equal values. */
+/* Every kernel walks `runs` runs of `count` consecutive elements, run j starting at element
+   j * run_stride. A run starts at position 0 of a period of `period` positions (its last period
+   may be cut short); position p of every period belongs to the same channel and reads its
+   per-channel values at index p of the tables. Channels-last data is one run whose period is whole
+   rows of channels; channels-first data has FQ_BN_LANES positions holding one channel's values. */
 #define FQ_BN_LANES 16
 
 /* Per-position float32 constants of the elementwise kernels. */
@@ -33,25 +33,35 @@ static inline float fq_bn_backprop_one(float dy, float x, float dy_mean, float m
     return ((dy - dy_mean) - (x - mean) * k1) * k2;
 }
 
+/* The tables of run j. */
+static inline fq_bn_table fq_bn_table_of_run(const fq_bn_table *t, size_t j, size_t table_stride) {
+    const size_t o = j * table_stride;
+    const fq_bn_table moved = {t->a + o, t->b + o, t->c + o, t->d + o};
+    return moved;
+}
+
 /* One ISA's kernels. Inputs are valid and the thread is already in flush-to-zero mode. Sums are
-   added, element by element in index order, into the float64 accumulators of each position; the
-   SIMD kernels keep that order per position (they vectorize across positions only). */
+   added, element by element in index order (run after run), into the float64 accumulators of each
+   position; the SIMD kernels keep that order per position (they vectorize across positions only).
+   The elementwise kernels move the tables on by table_stride floats from one run to the next. */
 typedef struct {
     /* a = (double)x - shift[p]; sum[p] += a; sum_sq[p] += a * a. */
-    void (*moments)(const void *x, fq_dtype dtype, size_t count, size_t period, const double *shift,
-                    double *sum, double *sum_sq);
+    void (*moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride, size_t count,
+                    size_t period, const double *shift, double *sum, double *sum_sq);
     /* a = (double)x - mean[p]; d = (double)dy; sum_dy[p] += d; sum_dy_xc[p] += d * a. */
-    void (*grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t count, size_t period,
-                      const double *mean, double *sum_dy, double *sum_dy_xc);
+    void (*grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
+                      size_t run_stride, size_t count, size_t period, const double *mean,
+                      double *sum_dy, double *sum_dy_xc);
     /* y = fq_bn_normalize_one(x, a[p], b[p], c[p], d[p]). */
-    void (*normalize)(const void *x, void *y, fq_dtype dtype, size_t count, size_t period,
-                      const fq_bn_table *table);
+    void (*normalize)(const void *x, void *y, fq_dtype dtype, size_t runs, size_t run_stride,
+                      size_t count, size_t period, const fq_bn_table *table, size_t table_stride);
     /* dx = fq_bn_backprop_one(dy, x, a[p], b[p], c[p], d[p]). */
-    void (*backprop)(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t count,
-                     size_t period, const fq_bn_table *table);
+    void (*backprop)(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t runs,
+                     size_t run_stride, size_t count, size_t period, const fq_bn_table *table,
+                     size_t table_stride);
     /* dx = dy * a[p]. */
-    void (*scale)(const void *dy, void *dx, fq_dtype dtype, size_t count, size_t period,
-                  const fq_bn_table *table);
+    void (*scale)(const void *dy, void *dx, fq_dtype dtype, size_t runs, size_t run_stride,
+                  size_t count, size_t period, const fq_bn_table *table, size_t table_stride);
 } fq_bn_kernels;
 
 extern const fq_bn_kernels fq_bn__scalar;

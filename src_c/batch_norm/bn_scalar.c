@@ -2,52 +2,69 @@
 #include "bn_convert.h"
 #include "bn_kernels.h"
 
-static void moments__scalar(const void *x, fq_dtype dtype, size_t count, size_t period,
-                            const double *shift, double *sum, double *sum_sq) {
-    for (size_t i = 0, p = 0; i < count; ++i) {
-        const double a = (double)fq_load_element(x, i, dtype) - shift[p];
-        sum[p] += a;
-        sum_sq[p] += a * a;
-        if (++p == period) p = 0;
+static void moments__scalar(const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
+                            size_t count, size_t period, const double *shift, double *sum,
+                            double *sum_sq) {
+    for (size_t j = 0; j < runs; ++j) {
+        for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
+            const double a = (double)fq_load_element(x, i, dtype) - shift[p];
+            sum[p] += a;
+            sum_sq[p] += a * a;
+            if (++p == period) p = 0;
+        }
     }
 }
 
-static void grad_sums__scalar(const void *dy, const void *x, fq_dtype dtype, size_t count,
-                              size_t period, const double *mean, double *sum_dy,
-                              double *sum_dy_xc) {
-    for (size_t i = 0, p = 0; i < count; ++i) {
-        const double d = (double)fq_load_element(dy, i, dtype);
-        const double a = (double)fq_load_element(x, i, dtype) - mean[p];
-        sum_dy[p] += d;
-        sum_dy_xc[p] += d * a;
-        if (++p == period) p = 0;
+static void grad_sums__scalar(const void *dy, const void *x, fq_dtype dtype, size_t runs,
+                              size_t run_stride, size_t count, size_t period, const double *mean,
+                              double *sum_dy, double *sum_dy_xc) {
+    for (size_t j = 0; j < runs; ++j) {
+        for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
+            const double d = (double)fq_load_element(dy, i, dtype);
+            const double a = (double)fq_load_element(x, i, dtype) - mean[p];
+            sum_dy[p] += d;
+            sum_dy_xc[p] += d * a;
+            if (++p == period) p = 0;
+        }
     }
 }
 
-static void normalize__scalar(const void *x, void *y, fq_dtype dtype, size_t count, size_t period,
-                              const fq_bn_table *t) {
-    for (size_t i = 0, p = 0; i < count; ++i) {
-        const float v = fq_load_element(x, i, dtype);
-        fq_store_element(y, i, dtype, fq_bn_normalize_one(v, t->a[p], t->b[p], t->c[p], t->d[p]));
-        if (++p == period) p = 0;
+static void normalize__scalar(const void *x, void *y, fq_dtype dtype, size_t runs,
+                              size_t run_stride, size_t count, size_t period,
+                              const fq_bn_table *table, size_t table_stride) {
+    for (size_t j = 0; j < runs; ++j) {
+        const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
+        for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
+            const float v = fq_load_element(x, i, dtype);
+            fq_store_element(y, i, dtype, fq_bn_normalize_one(v, t.a[p], t.b[p], t.c[p], t.d[p]));
+            if (++p == period) p = 0;
+        }
     }
 }
 
-static void backprop__scalar(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t count,
-                             size_t period, const fq_bn_table *t) {
-    for (size_t i = 0, p = 0; i < count; ++i) {
-        const float d = fq_load_element(dy, i, dtype);
-        const float v = fq_load_element(x, i, dtype);
-        fq_store_element(dx, i, dtype, fq_bn_backprop_one(d, v, t->a[p], t->b[p], t->c[p], t->d[p]));
-        if (++p == period) p = 0;
+static void backprop__scalar(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t runs,
+                             size_t run_stride, size_t count, size_t period,
+                             const fq_bn_table *table, size_t table_stride) {
+    for (size_t j = 0; j < runs; ++j) {
+        const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
+        for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
+            const float d = fq_load_element(dy, i, dtype);
+            const float v = fq_load_element(x, i, dtype);
+            fq_store_element(dx, i, dtype, fq_bn_backprop_one(d, v, t.a[p], t.b[p], t.c[p], t.d[p]));
+            if (++p == period) p = 0;
+        }
     }
 }
 
-static void scale__scalar(const void *dy, void *dx, fq_dtype dtype, size_t count, size_t period,
-                          const fq_bn_table *t) {
-    for (size_t i = 0, p = 0; i < count; ++i) {
-        fq_store_element(dx, i, dtype, fq_load_element(dy, i, dtype) * t->a[p]);
-        if (++p == period) p = 0;
+static void scale__scalar(const void *dy, void *dx, fq_dtype dtype, size_t runs, size_t run_stride,
+                          size_t count, size_t period, const fq_bn_table *table,
+                          size_t table_stride) {
+    for (size_t j = 0; j < runs; ++j) {
+        const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
+        for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
+            fq_store_element(dx, i, dtype, fq_load_element(dy, i, dtype) * t.a[p]);
+            if (++p == period) p = 0;
+        }
     }
 }
 

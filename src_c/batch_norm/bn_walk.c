@@ -78,14 +78,15 @@ typedef struct {
     double *sum_a, *sum_b;
 } sums_job;
 
-static void sums_call(const sums_job *job, size_t first, size_t count, size_t period,
-                      const double *center, double *a, double *b) {
+static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run_stride,
+                      size_t count, size_t period, const double *center, double *a, double *b) {
     const fq_bn_walk *w = job->walk;
+    const char *x = at(job->x, first, w->element_size);
     if (job->dy == NULL) {
-        w->kernels->moments(at(job->x, first, w->element_size), w->dtype, count, period, center, a, b);
+        w->kernels->moments(x, w->dtype, runs, run_stride, count, period, center, a, b);
     } else {
-        w->kernels->grad_sums(at(job->dy, first, w->element_size), at(job->x, first, w->element_size),
-                              w->dtype, count, period, center, a, b);
+        w->kernels->grad_sums(at(job->dy, first, w->element_size), x, w->dtype, runs, run_stride,
+                              count, period, center, a, b);
     }
 }
 
@@ -97,7 +98,7 @@ static void sums_last_item(void *context, size_t block) {
     double *a = job->partials + 2 * job->period * block;
     double *b = a + job->period;
     for (size_t p = 0; p < 2 * job->period; ++p) a[p] = 0.0;
-    sums_call(job, first, end - first, job->period, job->center, a, b);
+    sums_call(job, first, 1, 0, end - first, job->period, job->center, a, b);
 }
 
 /* Lane l of a channel's run takes the run's elements l, l + 16, ...; every run of the channel adds
@@ -111,8 +112,8 @@ static void sums_first_item(void *context, size_t channel) {
         a[l] = 0.0;
         b[l] = 0.0;
     }
-    for (size_t n = 0; n < s->outer; ++n)
-        sums_call(job, (n * s->channels + channel) * s->inner, s->inner, FQ_BN_LANES, center, a, b);
+    sums_call(job, channel * s->inner, s->outer, s->channels * s->inner, s->inner, FQ_BN_LANES,
+              center, a, b);
     double total_a = 0.0, total_b = 0.0;
     for (size_t l = 0; l < FQ_BN_LANES; ++l) {
         total_a += a[l];
@@ -178,21 +179,23 @@ static fq_bn_table table_at(const float *tables, size_t stride, size_t index) {
     return t;
 }
 
-static void elementwise_call(const elementwise_job *job, size_t first, size_t count, size_t period,
-                             const fq_bn_table *table) {
+static void elementwise_call(const elementwise_job *job, size_t first, size_t runs,
+                             size_t run_stride, size_t count, size_t period,
+                             const fq_bn_table *table, size_t table_stride) {
     const fq_bn_walk *w = job->walk;
     const size_t es = w->element_size;
     void *out = (char *)job->out + first * es;
+    const char *x = at(job->x, first, es), *dy = at(job->dy, first, es);
     switch (job->pass) {
     case FQ_BN_NORMALIZE:
-        w->kernels->normalize(at(job->x, first, es), out, w->dtype, count, period, table);
+        w->kernels->normalize(x, out, w->dtype, runs, run_stride, count, period, table, table_stride);
         break;
     case FQ_BN_BACKPROP:
-        w->kernels->backprop(at(job->dy, first, es), at(job->x, first, es), out, w->dtype, count,
-                             period, table);
+        w->kernels->backprop(dy, x, out, w->dtype, runs, run_stride, count, period, table,
+                             table_stride);
         break;
     case FQ_BN_SCALE:
-        w->kernels->scale(at(job->dy, first, es), out, w->dtype, count, period, table);
+        w->kernels->scale(dy, out, w->dtype, runs, run_stride, count, period, table, table_stride);
         break;
     }
 }
@@ -202,17 +205,23 @@ static void elementwise_last_item(void *context, size_t item) {
     const size_t first = item * job->chunk;
     const size_t count = job->walk->count - first < job->chunk ? job->walk->count - first : job->chunk;
     const fq_bn_table table = table_at(job->tables, job->period, 0);
-    elementwise_call(job, first, count, job->period, &table);
+    elementwise_call(job, first, 1, 0, count, job->period, &table, 0);
 }
 
+/* Runs in memory order; the runs of one batch are consecutive channels, so one call takes them. */
 static void elementwise_first_item(void *context, size_t item) {
     const elementwise_job *job = context;
     const fq_bn_shape *s = &job->walk->shape;
     const size_t runs = s->outer * s->channels;
     const size_t end = (item + 1) * job->chunk < runs ? (item + 1) * job->chunk : runs;
-    for (size_t run = item * job->chunk; run < end; ++run) {
-        const fq_bn_table table = table_at(job->tables, FQ_BN_LANES, run % s->channels);
-        elementwise_call(job, run * s->inner, s->inner, FQ_BN_LANES, &table);
+    for (size_t run = item * job->chunk; run < end;) {
+        const size_t channel = run % s->channels;
+        size_t batch_runs = s->channels - channel;
+        if (batch_runs > end - run) batch_runs = end - run;
+        const fq_bn_table table = table_at(job->tables, FQ_BN_LANES, channel);
+        elementwise_call(job, run * s->inner, batch_runs, s->inner, s->inner, FQ_BN_LANES, &table,
+                         4 * FQ_BN_LANES);
+        run += batch_runs;
     }
 }
 

@@ -1,0 +1,51 @@
+/* AVX-512 batch-norm kernels: 16 floats a vector, float16 through the F16C-style converts of
+   AVX-512F, bfloat16 by integer rounding. The kernels themselves are in bn_simd.h. */
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512DQ__)
+#error "bn_avx512.c must be built with -mavx512f -mavx512bw -mavx512dq (setup.py adds them)"
+#endif
+#include <immintrin.h>
+#include <stdint.h>
+
+#define BN_ISA avx512
+#define BN_W 16
+#define BN_STRIP_VECTORS 4
+
+typedef __m512 bn_vf;
+typedef __m512d bn_vd;
+
+static inline bn_vf bn_load_f32(const float *p) { return _mm512_loadu_ps(p); }
+static inline bn_vf bn_load_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline bn_vf bn_load_bf16(const uint16_t *p) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+static inline void bn_store_f32(float *p, bn_vf v) { _mm512_storeu_ps(p, v); }
+static inline void bn_store_f16(uint16_t *p, bn_vf v) {
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline void bn_store_bf16(uint16_t *p, bn_vf v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i bias = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff));
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
+    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet)));
+}
+static inline bn_vf bn_add_f(bn_vf a, bn_vf b) { return _mm512_add_ps(a, b); }
+static inline bn_vf bn_sub_f(bn_vf a, bn_vf b) { return _mm512_sub_ps(a, b); }
+static inline bn_vf bn_mul_f(bn_vf a, bn_vf b) { return _mm512_mul_ps(a, b); }
+static inline bn_vd bn_low_d(bn_vf v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+static inline bn_vd bn_high_d(bn_vf v) {
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+static inline bn_vd bn_load_d(const double *p) { return _mm512_loadu_pd(p); }
+static inline void bn_store_d(double *p, bn_vd v) { _mm512_storeu_pd(p, v); }
+static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return _mm512_add_pd(a, b); }
+static inline bn_vd bn_sub_d(bn_vd a, bn_vd b) { return _mm512_sub_pd(a, b); }
+static inline bn_vd bn_mul_d(bn_vd a, bn_vd b) { return _mm512_mul_pd(a, b); }
+
+#include "bn_simd.h"

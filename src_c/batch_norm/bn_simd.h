@@ -1,0 +1,261 @@
+/* The batch-norm kernels once, for every SIMD ISA. An ISA file defines its vector vocabulary, then
+   includes this file, which defines that ISA's kernel table `FQ_BN_TABLE`:
+
+     BN_W                  floats per vector (even); BN_STRIP_VECTORS: vectors of sums kept in
+                           registers at once (4 vectors hold 4 * BN_W positions, two float64 halves
+                           each, for two sums and the center: 6 registers a vector)
+     bn_vf, bn_vd          float32 and float64 vectors (bn_vd holds BN_W / 2 lanes)
+     bn_load_f32/f16/bf16  BN_W elements -> bn_vf (exact)
+     bn_store_f32/f16/bf16 bn_vf -> BN_W elements, rounded to nearest even as bn_convert.h does
+     bn_add/sub/mul_f      bn_vf arithmetic; bn_set1_f broadcast
+     bn_low_d, bn_high_d   the first / last BN_W / 2 floats of a bn_vf as a bn_vd
+     bn_load_d, bn_store_d, bn_add_d, bn_sub_d, bn_mul_d
+
+   Vectors run across positions only: each position's sums still add its elements one by one in
+   index order, and each element sees the scalar formula's operations in the same order, so the
+   results equal bn_scalar.c bit for bit. Whatever does not fill a vector goes through the scalar
+   formulas of bn_kernels.h / bn_convert.h. */
+#include <stdint.h>
+
+#include "bn_convert.h"
+#include "bn_kernels.h"
+
+#define BN_INLINE static inline __attribute__((always_inline))
+
+BN_INLINE const void *bn_address(const void *base, size_t i, fq_dtype dtype) {
+    return dtype == FQ_DTYPE_F32 ? (const void *)((const float *)base + i)
+                                 : (const void *)((const uint16_t *)base + i);
+}
+
+BN_INLINE bn_vf bn_load(const void *base, size_t i, fq_dtype dtype) {
+    switch (dtype) {
+    case FQ_DTYPE_F16: return bn_load_f16((const uint16_t *)base + i);
+    case FQ_DTYPE_BF16: return bn_load_bf16((const uint16_t *)base + i);
+    default: return bn_load_f32((const float *)base + i);
+    }
+}
+
+BN_INLINE void bn_store(void *base, size_t i, fq_dtype dtype, bn_vf v) {
+    switch (dtype) {
+    case FQ_DTYPE_F16: bn_store_f16((uint16_t *)base + i, v); break;
+    case FQ_DTYPE_BF16: bn_store_bf16((uint16_t *)base + i, v); break;
+    default: bn_store_f32((float *)base + i, v); break;
+    }
+}
+
+/* ---- Sums: a strip of `vectors` vectors of positions, down every full period of every run ---- */
+
+/* One element through the scalar formula of the sums. */
+BN_INLINE void sums_one(const void *dy, const void *x, fq_dtype dtype, size_t i, size_t p,
+                        const double *center, double *sum_a, double *sum_b) {
+    const double a = (double)fq_load_element(x, i, dtype) - center[p];
+    if (dy == NULL) {
+        sum_a[p] += a;
+        sum_b[p] += a * a;
+    } else {
+        const double d = (double)fq_load_element(dy, i, dtype);
+        sum_a[p] += d;
+        sum_b[p] += d * a;
+    }
+}
+
+/* How far ahead a strip narrower than its period prefetches: its rows are not adjacent in memory,
+   so the hardware's stream prefetchers do not see them coming. */
+#define BN_PREFETCH_ROWS 8
+
+/* With dy == NULL the moments of x about center, else the sums of dy and dy * (x - center). The
+   accumulators of the strip's positions stay in registers; they go to memory only around the
+   scalar additions of a run's cut-short last period. */
+BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t runs,
+                          size_t run_stride, size_t count, size_t period, size_t p,
+                          const double *center, double *sum_a, double *sum_b, const int vectors) {
+    const size_t rows = count / period;
+    const size_t cut = count - rows * period;
+    const size_t width = (size_t)vectors * BN_W;
+    const int strided = width < period;
+    bn_vd c[2 * BN_STRIP_VECTORS], a[2 * BN_STRIP_VECTORS], b[2 * BN_STRIP_VECTORS];
+    for (int h = 0; h < 2 * vectors; ++h) {
+        c[h] = bn_load_d(center + p + (size_t)h * (BN_W / 2));
+        a[h] = bn_load_d(sum_a + p + (size_t)h * (BN_W / 2));
+        b[h] = bn_load_d(sum_b + p + (size_t)h * (BN_W / 2));
+    }
+    for (size_t j = 0; j < runs; ++j) {
+        const size_t run = j * run_stride;
+        for (size_t r = 0; r < rows; ++r) {
+            const size_t i = run + r * period + p;
+            if (strided && r + BN_PREFETCH_ROWS < rows) {
+                const size_t ahead = i + BN_PREFETCH_ROWS * period;
+                for (int v = 0; v < vectors; ++v) {
+                    __builtin_prefetch(bn_address(x, ahead + (size_t)v * BN_W, dtype));
+                    if (dy != NULL) __builtin_prefetch(bn_address(dy, ahead + (size_t)v * BN_W, dtype));
+                }
+            }
+            for (int v = 0; v < vectors; ++v) {
+                const bn_vf xv = bn_load(x, i + (size_t)v * BN_W, dtype);
+                const bn_vd lo = bn_sub_d(bn_low_d(xv), c[2 * v]);
+                const bn_vd hi = bn_sub_d(bn_high_d(xv), c[2 * v + 1]);
+                if (dy == NULL) {
+                    a[2 * v] = bn_add_d(a[2 * v], lo);
+                    a[2 * v + 1] = bn_add_d(a[2 * v + 1], hi);
+                    b[2 * v] = bn_add_d(b[2 * v], bn_mul_d(lo, lo));
+                    b[2 * v + 1] = bn_add_d(b[2 * v + 1], bn_mul_d(hi, hi));
+                } else {
+                    const bn_vf gv = bn_load(dy, i + (size_t)v * BN_W, dtype);
+                    const bn_vd glo = bn_low_d(gv), ghi = bn_high_d(gv);
+                    a[2 * v] = bn_add_d(a[2 * v], glo);
+                    a[2 * v + 1] = bn_add_d(a[2 * v + 1], ghi);
+                    b[2 * v] = bn_add_d(b[2 * v], bn_mul_d(glo, lo));
+                    b[2 * v + 1] = bn_add_d(b[2 * v + 1], bn_mul_d(ghi, hi));
+                }
+            }
+        }
+        if (cut > p) {
+            for (int h = 0; h < 2 * vectors; ++h) {
+                bn_store_d(sum_a + p + (size_t)h * (BN_W / 2), a[h]);
+                bn_store_d(sum_b + p + (size_t)h * (BN_W / 2), b[h]);
+            }
+            const size_t end = cut < p + width ? cut : p + width;
+            for (size_t q = p; q < end; ++q)
+                sums_one(dy, x, dtype, run + rows * period + q, q, center, sum_a, sum_b);
+            for (int h = 0; h < 2 * vectors; ++h) {
+                a[h] = bn_load_d(sum_a + p + (size_t)h * (BN_W / 2));
+                b[h] = bn_load_d(sum_b + p + (size_t)h * (BN_W / 2));
+            }
+        }
+    }
+    for (int h = 0; h < 2 * vectors; ++h) {
+        bn_store_d(sum_a + p + (size_t)h * (BN_W / 2), a[h]);
+        bn_store_d(sum_b + p + (size_t)h * (BN_W / 2), b[h]);
+    }
+}
+
+BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t runs,
+                         size_t run_stride, size_t count, size_t period, const double *center,
+                         double *sum_a, double *sum_b) {
+    size_t p = 0;
+    /* Strips as wide as the registers allow, then strips of one vector. */
+    for (; p + BN_STRIP_VECTORS * BN_W <= period; p += BN_STRIP_VECTORS * BN_W)
+        sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b,
+                   BN_STRIP_VECTORS);
+    for (; p + BN_W <= period; p += BN_W)
+        sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b, 1);
+    if (p == period) return;
+    /* Positions past the last whole vector of a period, run by run. */
+    for (size_t j = 0; j < runs; ++j)
+        for (size_t i = j * run_stride, end = i + count; i + p < end; i += period)
+            for (size_t q = p; q < period && i + q < end; ++q)
+                sums_one(dy, x, dtype, i + q, q, center, sum_a, sum_b);
+}
+
+/* ---- Elementwise passes: period by period, whole vectors, then the scalar formula ---- */
+
+typedef enum { BN_NORMALIZE, BN_BACKPROP, BN_SCALE } bn_pass;
+
+BN_INLINE bn_vf pass_vector(bn_pass pass, const void *dy, const void *x, fq_dtype dtype, size_t i,
+                            const fq_bn_table *t, size_t p) {
+    switch (pass) {
+    case BN_NORMALIZE: {
+        const bn_vf v = bn_load(x, i, dtype);
+        return bn_add_f(bn_mul_f(bn_sub_f(bn_sub_f(v, bn_load_f32(t->a + p)), bn_load_f32(t->b + p)),
+                                 bn_load_f32(t->c + p)),
+                        bn_load_f32(t->d + p));
+    }
+    case BN_BACKPROP: {
+        const bn_vf g = bn_load(dy, i, dtype);
+        const bn_vf v = bn_load(x, i, dtype);
+        const bn_vf centered = bn_sub_f(g, bn_load_f32(t->a + p));
+        const bn_vf projection = bn_mul_f(bn_sub_f(v, bn_load_f32(t->b + p)), bn_load_f32(t->c + p));
+        return bn_mul_f(bn_sub_f(centered, projection), bn_load_f32(t->d + p));
+    }
+    default: return bn_mul_f(bn_load(dy, i, dtype), bn_load_f32(t->a + p));
+    }
+}
+
+BN_INLINE float pass_one(bn_pass pass, const void *dy, const void *x, fq_dtype dtype, size_t i,
+                         const fq_bn_table *t, size_t p) {
+    switch (pass) {
+    case BN_NORMALIZE:
+        return fq_bn_normalize_one(fq_load_element(x, i, dtype), t->a[p], t->b[p], t->c[p], t->d[p]);
+    case BN_BACKPROP:
+        return fq_bn_backprop_one(fq_load_element(dy, i, dtype), fq_load_element(x, i, dtype),
+                                  t->a[p], t->b[p], t->c[p], t->d[p]);
+    default: return fq_load_element(dy, i, dtype) * t->a[p];
+    }
+}
+
+/* Every input element of a vector is loaded before its outputs are stored: out may be an input. */
+BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out, fq_dtype dtype,
+                         size_t runs, size_t run_stride, size_t count, size_t period,
+                         const fq_bn_table *table, size_t table_stride) {
+    for (size_t j = 0; j < runs; ++j) {
+        const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
+        const size_t end = j * run_stride + count;
+        for (size_t start = j * run_stride; start < end; start += period) {
+            const size_t length = end - start < period ? end - start : period;
+            size_t p = 0;
+            for (; p + BN_W <= length; p += BN_W)
+                bn_store(out, start + p, dtype, pass_vector(pass, dy, x, dtype, start + p, &t, p));
+            for (; p < length; ++p)
+                fq_store_element(out, start + p, dtype, pass_one(pass, dy, x, dtype, start + p, &t, p));
+        }
+    }
+}
+
+/* ---- The table: one instance of each body per element type ---- */
+
+#define BN_CAT2(a, b) a##__##b
+#define BN_CAT(a, b) BN_CAT2(a, b)
+#define BN_NAME(kernel) BN_CAT(kernel, BN_ISA)
+
+#define BN_BY_DTYPE(call_f32, call_f16, call_bf16) \
+    switch (dtype) {                               \
+    case FQ_DTYPE_F16: call_f16; break;            \
+    case FQ_DTYPE_BF16: call_bf16; break;          \
+    default: call_f32; break;                      \
+    }
+
+static void BN_NAME(moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
+                             size_t count, size_t period, const double *shift, double *sum,
+                             double *sum_sq) {
+    BN_BY_DTYPE(sums_body(NULL, x, FQ_DTYPE_F32, runs, run_stride, count, period, shift, sum, sum_sq),
+                sums_body(NULL, x, FQ_DTYPE_F16, runs, run_stride, count, period, shift, sum, sum_sq),
+                sums_body(NULL, x, FQ_DTYPE_BF16, runs, run_stride, count, period, shift, sum, sum_sq))
+}
+
+static void BN_NAME(grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
+                               size_t run_stride, size_t count, size_t period, const double *mean,
+                               double *sum_dy, double *sum_dy_xc) {
+    BN_BY_DTYPE(
+        sums_body(dy, x, FQ_DTYPE_F32, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc),
+        sums_body(dy, x, FQ_DTYPE_F16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc),
+        sums_body(dy, x, FQ_DTYPE_BF16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc))
+}
+
+#define BN_PASS(pass, dy, x, out)                                                            \
+    BN_BY_DTYPE(pass_body(pass, dy, x, out, FQ_DTYPE_F32, runs, run_stride, count, period, \
+                          table, table_stride),                                            \
+                pass_body(pass, dy, x, out, FQ_DTYPE_F16, runs, run_stride, count, period, \
+                          table, table_stride),                                            \
+                pass_body(pass, dy, x, out, FQ_DTYPE_BF16, runs, run_stride, count, period, \
+                          table, table_stride))
+
+static void BN_NAME(normalize)(const void *x, void *y, fq_dtype dtype, size_t runs,
+                               size_t run_stride, size_t count, size_t period,
+                               const fq_bn_table *table, size_t table_stride) {
+    BN_PASS(BN_NORMALIZE, NULL, x, y)
+}
+
+static void BN_NAME(backprop)(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t runs,
+                              size_t run_stride, size_t count, size_t period,
+                              const fq_bn_table *table, size_t table_stride) {
+    BN_PASS(BN_BACKPROP, dy, x, dx)
+}
+
+static void BN_NAME(scale)(const void *dy, void *dx, fq_dtype dtype, size_t runs, size_t run_stride,
+                           size_t count, size_t period, const fq_bn_table *table,
+                           size_t table_stride) {
+    BN_PASS(BN_SCALE, dy, NULL, dx)
+}
+
+const fq_bn_kernels BN_NAME(fq_bn) = {BN_NAME(moments), BN_NAME(grad_sums), BN_NAME(normalize),
+                                      BN_NAME(backprop), BN_NAME(scale)};
