@@ -133,12 +133,22 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
                          size_t run_stride, size_t count, size_t period, const double *center,
                          double *sum_a, double *sum_b) {
     size_t p = 0;
-    /* Strips as wide as the registers allow, then strips of one vector. */
-    for (; p + BN_STRIP_VECTORS * BN_W <= period; p += BN_STRIP_VECTORS * BN_W)
-        sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b,
-                   BN_STRIP_VECTORS);
-    for (; p + BN_W <= period; p += BN_W)
-        sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b, 1);
+    /* Strips as wide as the registers allow: a strip narrower than the period walks its rows
+       again for each strip, so a period that fits in registers is one strip. */
+    while (p + BN_W <= period) {
+        const size_t vectors = (period - p) / BN_W;
+        switch (vectors < BN_STRIP_VECTORS ? vectors : BN_STRIP_VECTORS) {
+#if BN_STRIP_VECTORS >= 4
+        case 4: sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b, 4); break;
+#endif
+#if BN_STRIP_VECTORS >= 3
+        case 3: sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b, 3); break;
+#endif
+        case 2: sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b, 2); break;
+        default: sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b, 1); break;
+        }
+        p += (vectors < BN_STRIP_VECTORS ? vectors : BN_STRIP_VECTORS) * BN_W;
+    }
     if (p == period) return;
     /* Positions past the last whole vector of a period, run by run. */
     for (size_t j = 0; j < runs; ++j)
@@ -190,6 +200,17 @@ BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out,
     for (size_t j = 0; j < runs; ++j) {
         const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
         const size_t end = j * run_stride + count;
+        if (period % BN_W == 0) {
+            /* Vectors never straddle two periods: one flat loop, the position wrapping around. */
+            size_t i = j * run_stride, p = 0;
+            for (; i + BN_W <= end; i += BN_W) {
+                bn_store(out, i, dtype, pass_vector(pass, dy, x, dtype, i, &t, p));
+                p += BN_W;
+                if (p == period) p = 0;
+            }
+            for (; i < end; ++i, ++p) fq_store_element(out, i, dtype, pass_one(pass, dy, x, dtype, i, &t, p));
+            continue;
+        }
         for (size_t start = j * run_stride; start < end; start += period) {
             const size_t length = end - start < period ? end - start : period;
             size_t p = 0;
