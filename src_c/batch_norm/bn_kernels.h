@@ -43,15 +43,17 @@ static inline fq_bn_table fq_bn_table_of_run(const fq_bn_table *t, size_t j, siz
 /* One ISA's kernels. Inputs are valid and the thread is already in flush-to-zero mode. Sums are
    added, element by element in index order (run after run), into the float64 accumulators of each
    position; the SIMD kernels keep that order per position (they vectorize across positions only).
-   The elementwise kernels move the tables on by table_stride floats from one run to the next. */
+   Every kernel moves its tables (per-position values and accumulators) on by table_stride entries
+   from one run to the next: 0 when all runs share them. */
 typedef struct {
     /* a = (double)x - shift[p]; sum[p] += a; sum_sq[p] += a * a. */
     void (*moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride, size_t count,
-                    size_t period, const double *shift, double *sum, double *sum_sq);
+                    size_t period, const double *shift, double *sum, double *sum_sq,
+                    size_t table_stride);
     /* a = (double)x - mean[p]; d = (double)dy; sum_dy[p] += d; sum_dy_xc[p] += d * a. */
     void (*grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                       size_t run_stride, size_t count, size_t period, const double *mean,
-                      double *sum_dy, double *sum_dy_xc);
+                      double *sum_dy, double *sum_dy_xc, size_t table_stride);
     /* y = fq_bn_normalize_one(x, a[p], b[p], c[p], d[p]). */
     void (*normalize)(const void *x, void *y, fq_dtype dtype, size_t runs, size_t run_stride,
                       size_t count, size_t period, const fq_bn_table *table, size_t table_stride);

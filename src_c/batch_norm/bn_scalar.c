@@ -4,12 +4,13 @@
 
 static void moments__scalar(const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
                             size_t count, size_t period, const double *shift, double *sum,
-                            double *sum_sq) {
+                            double *sum_sq, size_t table_stride) {
     for (size_t j = 0; j < runs; ++j) {
+        const size_t t = j * table_stride;
         for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
-            const double a = (double)fq_load_element(x, i, dtype) - shift[p];
-            sum[p] += a;
-            sum_sq[p] += a * a;
+            const double a = (double)fq_load_element(x, i, dtype) - shift[t + p];
+            sum[t + p] += a;
+            sum_sq[t + p] += a * a;
             if (++p == period) p = 0;
         }
     }
@@ -17,13 +18,14 @@ static void moments__scalar(const void *x, fq_dtype dtype, size_t runs, size_t r
 
 static void grad_sums__scalar(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                               size_t run_stride, size_t count, size_t period, const double *mean,
-                              double *sum_dy, double *sum_dy_xc) {
+                              double *sum_dy, double *sum_dy_xc, size_t table_stride) {
     for (size_t j = 0; j < runs; ++j) {
+        const size_t t = j * table_stride;
         for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
             const double d = (double)fq_load_element(dy, i, dtype);
-            const double a = (double)fq_load_element(x, i, dtype) - mean[p];
-            sum_dy[p] += d;
-            sum_dy_xc[p] += d * a;
+            const double a = (double)fq_load_element(x, i, dtype) - mean[t + p];
+            sum_dy[t + p] += d;
+            sum_dy_xc[t + p] += d * a;
             if (++p == period) p = 0;
         }
     }

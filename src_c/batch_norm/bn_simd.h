@@ -22,11 +22,6 @@
 
 #define BN_INLINE static inline __attribute__((always_inline))
 
-BN_INLINE const void *bn_address(const void *base, size_t i, fq_dtype dtype) {
-    return dtype == FQ_DTYPE_F32 ? (const void *)((const float *)base + i)
-                                 : (const void *)((const uint16_t *)base + i);
-}
-
 BN_INLINE bn_vf bn_load(const void *base, size_t i, fq_dtype dtype) {
     switch (dtype) {
     case FQ_DTYPE_F16: return bn_load_f16((const uint16_t *)base + i);
@@ -43,7 +38,7 @@ BN_INLINE void bn_store(void *base, size_t i, fq_dtype dtype, bn_vf v) {
     }
 }
 
-/* ---- Sums: a strip of `vectors` vectors of positions, down every full period of every run ---- */
+/* ---- Sums: strips of vectors of positions, down groups of periods ---- */
 
 /* One element through the scalar formula of the sums. */
 BN_INLINE void sums_one(const void *dy, const void *x, fq_dtype dtype, size_t i, size_t p,
@@ -59,67 +54,40 @@ BN_INLINE void sums_one(const void *dy, const void *x, fq_dtype dtype, size_t i,
     }
 }
 
-/* How far ahead a strip narrower than its period prefetches: its rows are not adjacent in memory,
-   so the hardware's stream prefetchers do not see them coming. */
-#define BN_PREFETCH_ROWS 8
+/* Rows of a period are summed in groups of about this many elements: each strip of positions
+   walks the group's rows, which stay in L1 for the next strip. */
+#define BN_GROUP_ELEMENTS ((size_t)2048)
 
-/* With dy == NULL the moments of x about center, else the sums of dy and dy * (x - center). The
-   accumulators of the strip's positions stay in registers; they go to memory only around the
-   scalar additions of a run's cut-short last period. */
-BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t runs,
-                          size_t run_stride, size_t count, size_t period, size_t p,
-                          const double *center, double *sum_a, double *sum_b, const int vectors) {
-    const size_t rows = count / period;
-    const size_t cut = count - rows * period;
-    const size_t width = (size_t)vectors * BN_W;
-    const int strided = width < period;
+/* With dy == NULL the moments of x about center, else the sums of dy and dy * (x - center), over
+   `rows` periods from element `base`, for the positions [p, p + vectors * BN_W). The strip's
+   accumulators stay in registers while it walks the rows. */
+BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t base, size_t rows,
+                          size_t period, size_t p, const double *center, double *sum_a,
+                          double *sum_b, const int vectors) {
     bn_vd c[2 * BN_STRIP_VECTORS], a[2 * BN_STRIP_VECTORS], b[2 * BN_STRIP_VECTORS];
     for (int h = 0; h < 2 * vectors; ++h) {
         c[h] = bn_load_d(center + p + (size_t)h * (BN_W / 2));
         a[h] = bn_load_d(sum_a + p + (size_t)h * (BN_W / 2));
         b[h] = bn_load_d(sum_b + p + (size_t)h * (BN_W / 2));
     }
-    for (size_t j = 0; j < runs; ++j) {
-        const size_t run = j * run_stride;
-        for (size_t r = 0; r < rows; ++r) {
-            const size_t i = run + r * period + p;
-            if (strided && r + BN_PREFETCH_ROWS < rows) {
-                const size_t ahead = i + BN_PREFETCH_ROWS * period;
-                for (int v = 0; v < vectors; ++v) {
-                    __builtin_prefetch(bn_address(x, ahead + (size_t)v * BN_W, dtype));
-                    if (dy != NULL) __builtin_prefetch(bn_address(dy, ahead + (size_t)v * BN_W, dtype));
-                }
-            }
-            for (int v = 0; v < vectors; ++v) {
-                const bn_vf xv = bn_load(x, i + (size_t)v * BN_W, dtype);
-                const bn_vd lo = bn_sub_d(bn_low_d(xv), c[2 * v]);
-                const bn_vd hi = bn_sub_d(bn_high_d(xv), c[2 * v + 1]);
-                if (dy == NULL) {
-                    a[2 * v] = bn_add_d(a[2 * v], lo);
-                    a[2 * v + 1] = bn_add_d(a[2 * v + 1], hi);
-                    b[2 * v] = bn_add_d(b[2 * v], bn_mul_d(lo, lo));
-                    b[2 * v + 1] = bn_add_d(b[2 * v + 1], bn_mul_d(hi, hi));
-                } else {
-                    const bn_vf gv = bn_load(dy, i + (size_t)v * BN_W, dtype);
-                    const bn_vd glo = bn_low_d(gv), ghi = bn_high_d(gv);
-                    a[2 * v] = bn_add_d(a[2 * v], glo);
-                    a[2 * v + 1] = bn_add_d(a[2 * v + 1], ghi);
-                    b[2 * v] = bn_add_d(b[2 * v], bn_mul_d(glo, lo));
-                    b[2 * v + 1] = bn_add_d(b[2 * v + 1], bn_mul_d(ghi, hi));
-                }
-            }
-        }
-        if (cut > p) {
-            for (int h = 0; h < 2 * vectors; ++h) {
-                bn_store_d(sum_a + p + (size_t)h * (BN_W / 2), a[h]);
-                bn_store_d(sum_b + p + (size_t)h * (BN_W / 2), b[h]);
-            }
-            const size_t end = cut < p + width ? cut : p + width;
-            for (size_t q = p; q < end; ++q)
-                sums_one(dy, x, dtype, run + rows * period + q, q, center, sum_a, sum_b);
-            for (int h = 0; h < 2 * vectors; ++h) {
-                a[h] = bn_load_d(sum_a + p + (size_t)h * (BN_W / 2));
-                b[h] = bn_load_d(sum_b + p + (size_t)h * (BN_W / 2));
+    for (size_t r = 0; r < rows; ++r) {
+        const size_t i = base + r * period + p;
+        for (int v = 0; v < vectors; ++v) {
+            const bn_vf xv = bn_load(x, i + (size_t)v * BN_W, dtype);
+            const bn_vd lo = bn_sub_d(bn_low_d(xv), c[2 * v]);
+            const bn_vd hi = bn_sub_d(bn_high_d(xv), c[2 * v + 1]);
+            if (dy == NULL) {
+                a[2 * v] = bn_add_d(a[2 * v], lo);
+                a[2 * v + 1] = bn_add_d(a[2 * v + 1], hi);
+                b[2 * v] = bn_add_d(b[2 * v], bn_mul_d(lo, lo));
+                b[2 * v + 1] = bn_add_d(b[2 * v + 1], bn_mul_d(hi, hi));
+            } else {
+                const bn_vf gv = bn_load(dy, i + (size_t)v * BN_W, dtype);
+                const bn_vd glo = bn_low_d(gv), ghi = bn_high_d(gv);
+                a[2 * v] = bn_add_d(a[2 * v], glo);
+                a[2 * v + 1] = bn_add_d(a[2 * v + 1], ghi);
+                b[2 * v] = bn_add_d(b[2 * v], bn_mul_d(glo, lo));
+                b[2 * v + 1] = bn_add_d(b[2 * v + 1], bn_mul_d(ghi, hi));
             }
         }
     }
@@ -129,32 +97,50 @@ BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t 
     }
 }
 
-BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t runs,
-                         size_t run_stride, size_t count, size_t period, const double *center,
-                         double *sum_a, double *sum_b) {
+/* Strips as wide as the registers allow over `rows` periods; returns the first position left for
+   the scalar formula (past the last whole vector of the period). */
+BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size_t base, size_t rows,
+                             size_t period, const double *center, double *sum_a, double *sum_b) {
     size_t p = 0;
-    /* Strips as wide as the registers allow: a strip narrower than the period walks its rows
-       again for each strip, so a period that fits in registers is one strip. */
     while (p + BN_W <= period) {
-        const size_t vectors = (period - p) / BN_W;
-        switch (vectors < BN_STRIP_VECTORS ? vectors : BN_STRIP_VECTORS) {
+        const size_t left = (period - p) / BN_W;
+        const size_t vectors = left < BN_STRIP_VECTORS ? left : BN_STRIP_VECTORS;
+        switch (vectors) {
 #if BN_STRIP_VECTORS >= 4
-        case 4: sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b, 4); break;
+        case 4: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, 4); break;
 #endif
 #if BN_STRIP_VECTORS >= 3
-        case 3: sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b, 3); break;
+        case 3: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, 3); break;
 #endif
-        case 2: sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b, 2); break;
-        default: sums_strip(dy, x, dtype, runs, run_stride, count, period, p, center, sum_a, sum_b, 1); break;
+        case 2: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, 2); break;
+        default: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, 1); break;
         }
-        p += (vectors < BN_STRIP_VECTORS ? vectors : BN_STRIP_VECTORS) * BN_W;
+        p += vectors * BN_W;
     }
-    if (p == period) return;
-    /* Positions past the last whole vector of a period, run by run. */
-    for (size_t j = 0; j < runs; ++j)
-        for (size_t i = j * run_stride, end = i + count; i + p < end; i += period)
-            for (size_t q = p; q < period && i + q < end; ++q)
-                sums_one(dy, x, dtype, i + q, q, center, sum_a, sum_b);
+    return p;
+}
+
+BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t runs,
+                         size_t run_stride, size_t count, size_t period, const double *center,
+                         double *sum_a, double *sum_b, size_t table_stride) {
+    const size_t rows = count / period;
+    const size_t group = period < BN_GROUP_ELEMENTS ? BN_GROUP_ELEMENTS / period : 1;
+    for (size_t j = 0; j < runs; ++j) {
+        const size_t run = j * run_stride, t = j * table_stride;
+        const double *c = center + t;
+        double *a = sum_a + t, *b = sum_b + t;
+        for (size_t r0 = 0; r0 < rows; r0 += group) {
+            const size_t g = rows - r0 < group ? rows - r0 : group;
+            const size_t first = run + r0 * period;
+            const size_t rest = sums_strips(dy, x, dtype, first, g, period, c, a, b);
+            for (size_t r = 0; rest < period && r < g; ++r)
+                for (size_t q = rest; q < period; ++q)
+                    sums_one(dy, x, dtype, first + r * period + q, q, c, a, b);
+        }
+        /* The run's cut-short last period. */
+        for (size_t i = run + rows * period, q = 0; i < run + count; ++i, ++q)
+            sums_one(dy, x, dtype, i, q, c, a, b);
+    }
 }
 
 /* ---- Elementwise passes: period by period, whole vectors, then the scalar formula ---- */
@@ -237,19 +223,19 @@ BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out,
 
 static void BN_NAME(moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
                              size_t count, size_t period, const double *shift, double *sum,
-                             double *sum_sq) {
-    BN_BY_DTYPE(sums_body(NULL, x, FQ_DTYPE_F32, runs, run_stride, count, period, shift, sum, sum_sq),
-                sums_body(NULL, x, FQ_DTYPE_F16, runs, run_stride, count, period, shift, sum, sum_sq),
-                sums_body(NULL, x, FQ_DTYPE_BF16, runs, run_stride, count, period, shift, sum, sum_sq))
+                             double *sum_sq, size_t ts) {
+    BN_BY_DTYPE(sums_body(NULL, x, FQ_DTYPE_F32, runs, run_stride, count, period, shift, sum, sum_sq, ts),
+                sums_body(NULL, x, FQ_DTYPE_F16, runs, run_stride, count, period, shift, sum, sum_sq, ts),
+                sums_body(NULL, x, FQ_DTYPE_BF16, runs, run_stride, count, period, shift, sum, sum_sq, ts))
 }
 
 static void BN_NAME(grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                                size_t run_stride, size_t count, size_t period, const double *mean,
-                               double *sum_dy, double *sum_dy_xc) {
+                               double *sum_dy, double *sum_dy_xc, size_t ts) {
     BN_BY_DTYPE(
-        sums_body(dy, x, FQ_DTYPE_F32, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc),
-        sums_body(dy, x, FQ_DTYPE_F16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc),
-        sums_body(dy, x, FQ_DTYPE_BF16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc))
+        sums_body(dy, x, FQ_DTYPE_F32, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts),
+        sums_body(dy, x, FQ_DTYPE_F16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts),
+        sums_body(dy, x, FQ_DTYPE_BF16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts))
 }
 
 #define BN_PASS(pass, dy, x, out)                                                            \

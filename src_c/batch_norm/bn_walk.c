@@ -72,21 +72,22 @@ static const char *at(const void *base, size_t element, size_t element_size) {
 typedef struct {
     const fq_bn_walk *walk;
     const void *dy, *x;
-    const double *center; /* channels-last: per position; channels-first: per channel */
+    const double *center; /* channels-last: per position; channels-first: per lane of each channel */
     size_t period, periods, blocks;
-    double *partials;     /* channels-last: blocks x (sum_a[period], sum_b[period]) */
-    double *sum_a, *sum_b;
+    double *partials;     /* channels-last: blocks x (sum_a[period], sum_b[period]);
+                             channels-first: per lane of each channel, sum_a then sum_b */
 } sums_job;
 
 static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run_stride,
-                      size_t count, size_t period, const double *center, double *a, double *b) {
+                      size_t count, size_t period, const double *center, double *a, double *b,
+                      size_t table_stride) {
     const fq_bn_walk *w = job->walk;
     const char *x = at(job->x, first, w->element_size);
     if (job->dy == NULL) {
-        w->kernels->moments(x, w->dtype, runs, run_stride, count, period, center, a, b);
+        w->kernels->moments(x, w->dtype, runs, run_stride, count, period, center, a, b, table_stride);
     } else {
         w->kernels->grad_sums(at(job->dy, first, w->element_size), x, w->dtype, runs, run_stride,
-                              count, period, center, a, b);
+                              count, period, center, a, b, table_stride);
     }
 }
 
@@ -98,68 +99,88 @@ static void sums_last_item(void *context, size_t block) {
     double *a = job->partials + 2 * job->period * block;
     double *b = a + job->period;
     for (size_t p = 0; p < 2 * job->period; ++p) a[p] = 0.0;
-    sums_call(job, first, 1, 0, end - first, job->period, job->center, a, b);
+    sums_call(job, first, 1, 0, end - first, job->period, job->center, a, b, 0);
 }
 
-/* Lane l of a channel's run takes the run's elements l, l + 16, ...; every run of the channel adds
-   into the same lanes, batch by batch; the lanes then combine in order. */
-static void sums_first_item(void *context, size_t channel) {
+/* Lane l of a channel takes the elements l, l + 16, ... of each of its runs, batch after batch.
+   An item is a range of channels, walked batch by batch so memory is read in order. */
+static void sums_first_item(void *context, size_t item) {
     const sums_job *job = context;
     const fq_bn_shape *s = &job->walk->shape;
-    double center[FQ_BN_LANES], a[FQ_BN_LANES], b[FQ_BN_LANES];
-    for (size_t l = 0; l < FQ_BN_LANES; ++l) {
-        center[l] = job->center[channel];
-        a[l] = 0.0;
-        b[l] = 0.0;
-    }
-    sums_call(job, channel * s->inner, s->outer, s->channels * s->inner, s->inner, FQ_BN_LANES,
-              center, a, b);
-    double total_a = 0.0, total_b = 0.0;
-    for (size_t l = 0; l < FQ_BN_LANES; ++l) {
-        total_a += a[l];
-        total_b += b[l];
-    }
-    job->sum_a[channel] = total_a;
-    job->sum_b[channel] = total_b;
+    const size_t c0 = s->channels * item / job->blocks, c1 = s->channels * (item + 1) / job->blocks;
+    const size_t lanes = FQ_BN_LANES * s->channels;
+    double *a = job->partials + FQ_BN_LANES * c0, *b = a + lanes;
+    for (size_t n = 0; n < s->outer; ++n)
+        sums_call(job, (n * s->channels + c0) * s->inner, c1 - c0, s->inner, s->inner, FQ_BN_LANES,
+                  job->center + FQ_BN_LANES * c0, a, b, FQ_BN_LANES);
 }
 
-fq_status fq_bn_walk_sums(const fq_bn_walk *w, const void *dy, const void *x, const double *center,
-                          double *sum_a, double *sum_b) {
-    const size_t channels = w->shape.channels;
-    sums_job job = {w, dy, x, center, 0, 0, 0, NULL, sum_a, sum_b};
-    if (w->count == 0) {
-        for (size_t c = 0; c < channels; ++c) sum_a[c] = sum_b[c] = 0.0;
-        return FQ_OK;
-    }
-    if (!is_channels_last(w)) {
-        fq_parallel_for(fq_runtime_threads_for(w->count, channels), channels, sums_first_item, &job);
-        return FQ_OK;
-    }
-    job.period = period_of(channels);
-    job.periods = ceil_div(w->count, job.period);
-    job.blocks = job.periods / BN_MIN_BLOCK_PERIODS;
-    if (job.blocks < 1) job.blocks = 1;
-    if (job.blocks > BN_MAX_BLOCKS) job.blocks = BN_MAX_BLOCKS;
-    double *scratch = malloc(sizeof(double) * job.period * (2 * job.blocks + 1));
+static fq_status sums_first(sums_job *job, const double *center, double *sum_a, double *sum_b) {
+    const fq_bn_walk *w = job->walk;
+    const size_t channels = w->shape.channels, lanes = FQ_BN_LANES * channels;
+    double *scratch = malloc(sizeof(double) * 3 * lanes);
     if (scratch == NULL) return FQ_ERR_NO_MEMORY;
-    double *center_by_position = scratch + 2 * job.period * job.blocks;
-    for (size_t p = 0; p < job.period; ++p) center_by_position[p] = center[p % channels];
-    job.center = center_by_position;
-    job.partials = scratch;
-    fq_parallel_for(fq_runtime_threads_for(w->count, job.blocks), job.blocks, sums_last_item, &job);
+    for (size_t i = 0; i < lanes; ++i) {
+        scratch[i] = scratch[lanes + i] = 0.0;
+        scratch[2 * lanes + i] = center[i / FQ_BN_LANES];
+    }
+    job->partials = scratch;
+    job->center = scratch + 2 * lanes;
+    const int threads = fq_runtime_threads_for(w->count, channels);
+    job->blocks = (size_t)threads;
+    fq_parallel_for(threads, job->blocks, sums_first_item, job);
+    for (size_t c = 0; c < channels; ++c) {
+        double total_a = 0.0, total_b = 0.0;
+        for (size_t l = 0; l < FQ_BN_LANES; ++l) {
+            total_a += scratch[FQ_BN_LANES * c + l];
+            total_b += scratch[lanes + FQ_BN_LANES * c + l];
+        }
+        sum_a[c] = total_a;
+        sum_b[c] = total_b;
+    }
+    free(scratch);
+    return FQ_OK;
+}
+
+static fq_status sums_last(sums_job *job, const double *center, double *sum_a, double *sum_b) {
+    const fq_bn_walk *w = job->walk;
+    const size_t channels = w->shape.channels;
+    job->period = period_of(channels);
+    job->periods = ceil_div(w->count, job->period);
+    job->blocks = job->periods / BN_MIN_BLOCK_PERIODS;
+    if (job->blocks < 1) job->blocks = 1;
+    if (job->blocks > BN_MAX_BLOCKS) job->blocks = BN_MAX_BLOCKS;
+    double *scratch = malloc(sizeof(double) * job->period * (2 * job->blocks + 1));
+    if (scratch == NULL) return FQ_ERR_NO_MEMORY;
+    double *center_by_position = scratch + 2 * job->period * job->blocks;
+    for (size_t p = 0; p < job->period; ++p) center_by_position[p] = center[p % channels];
+    job->center = center_by_position;
+    job->partials = scratch;
+    fq_parallel_for(fq_runtime_threads_for(w->count, job->blocks), job->blocks, sums_last_item, job);
     for (size_t c = 0; c < channels; ++c) sum_a[c] = sum_b[c] = 0.0;
     /* Blocks in index order for each position, then the positions of each channel in order. */
-    for (size_t p = 0; p < job.period; ++p) {
+    for (size_t p = 0; p < job->period; ++p) {
         double total_a = 0.0, total_b = 0.0;
-        for (size_t block = 0; block < job.blocks; ++block) {
-            total_a += scratch[2 * job.period * block + p];
-            total_b += scratch[2 * job.period * block + job.period + p];
+        for (size_t block = 0; block < job->blocks; ++block) {
+            total_a += scratch[2 * job->period * block + p];
+            total_b += scratch[2 * job->period * block + job->period + p];
         }
         sum_a[p % channels] += total_a;
         sum_b[p % channels] += total_b;
     }
     free(scratch);
     return FQ_OK;
+}
+
+fq_status fq_bn_walk_sums(const fq_bn_walk *w, const void *dy, const void *x, const double *center,
+                          double *sum_a, double *sum_b) {
+    sums_job job = {w, dy, x, NULL, 0, 0, 0, NULL};
+    if (w->count == 0) {
+        for (size_t c = 0; c < w->shape.channels; ++c) sum_a[c] = sum_b[c] = 0.0;
+        return FQ_OK;
+    }
+    return is_channels_last(w) ? sums_last(&job, center, sum_a, sum_b)
+                               : sums_first(&job, center, sum_a, sum_b);
 }
 
 /* ---- Elementwise passes ---- */
