@@ -1,0 +1,132 @@
+"""Batch norm refuses bad arguments with an exception that names the argument and the value."""
+import numpy as np
+import pytest
+
+import fqcore
+
+F32 = np.float32
+
+
+def ones(*shape):
+    return np.ones(shape, F32)
+
+
+def forward(x=None, scale=None, offset=None, **kwargs):
+    x = ones(2, 3, 3, 4) if x is None else x
+    return fqcore.fused_batch_norm(x, ones(4) if scale is None else scale,
+                                   ones(4) if offset is None else offset, **kwargs)
+
+
+def grad(dy=None, x=None, scale=None, rs1=None, rs2=None, **kwargs):
+    x = ones(2, 3, 3, 4) if x is None else x
+    return fqcore.fused_batch_norm_grad(x if dy is None else dy, x, ones(4) if scale is None else scale,
+                                        ones(4) if rs1 is None else rs1, ones(4) if rs2 is None else rs2,
+                                        **kwargs)
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 4), (2, 3, 4), (1, 2, 3, 4, 5, 6)])
+def test_rank_other_than_4_or_5(shape):
+    with pytest.raises(ValueError, match=r"input must be 4 or 5-dimensional, got shape \(" + ", ".join(map(str, shape))):
+        forward(x=ones(*shape))
+    with pytest.raises(ValueError, match="input must be 4 or 5-dimensional"):
+        grad(x=ones(*shape))
+
+
+def test_rank_must_match_data_format():
+    with pytest.raises(ValueError, match=r"data_format NDHWC needs a 5-dimensional input, got shape \(2, 3, 3, 4\)"):
+        forward(data_format="NDHWC")
+    with pytest.raises(ValueError, match="data_format NCHW needs a 4-dimensional input"):
+        forward(x=ones(1, 4, 2, 2, 2), data_format="NCHW")
+
+
+@pytest.mark.parametrize("bad", ["NWHC", "nhwc", "", None, 4])
+def test_unknown_data_format_lists_the_allowed_ones(bad):
+    with pytest.raises(ValueError, match="data_format must be one of NHWC, NCHW, NDHWC, NCDHW"):
+        forward(data_format=bad)
+    with pytest.raises(ValueError, match="data_format must be one of"):
+        grad(data_format=bad)
+
+
+@pytest.mark.parametrize("name", ["scale", "offset"])
+def test_per_channel_length_must_match_channels(name):
+    with pytest.raises(ValueError, match=f"{name} must have the same number of elements as the channels of x, got 2 and 4"):
+        forward(**{name: ones(2)})
+
+
+def test_per_channel_values_must_be_vectors():
+    with pytest.raises(ValueError, match=r"scale must have the same number of elements as the channels of x, got \(2, 2\) and 4"):
+        forward(scale=ones(2, 2))
+    with pytest.raises(ValueError, match="channels of x, got 1 and 3"):
+        forward(x=ones(1, 3, 2, 2), scale=ones(1), offset=ones(3), data_format="NCHW")
+
+
+def test_channels_first_counts_channels_on_axis_1():
+    result = forward(x=ones(2, 4, 3, 3), data_format="NCHW")
+    assert result.batch_mean.shape == (4,)
+    with pytest.raises(ValueError, match="got 4 and 3"):
+        forward(x=ones(2, 3, 3, 4), data_format="NCHW")
+
+
+@pytest.mark.parametrize("kwargs", [dict(exponential_avg_factor=0.5), dict(is_training=False)])
+@pytest.mark.parametrize("missing", ["mean", "variance"])
+def test_statistics_required_for_running_averages_and_inference(kwargs, missing):
+    given = {"mean": ones(4), "variance": ones(4)}
+    del given[missing]
+    with pytest.raises(ValueError, match=f"{missing} is required: expected 4 values, one per channel"):
+        forward(**given, **kwargs)
+
+
+def test_statistics_ignored_when_factor_is_one():
+    assert forward(mean=None, variance=None).y.shape == (2, 3, 3, 4)
+
+
+def test_statistics_of_wrong_length():
+    with pytest.raises(ValueError, match="mean must have the same number of elements as the channels of x, got 3 and 4"):
+        forward(mean=ones(3), variance=ones(4), is_training=False)
+    with pytest.raises(ValueError, match="reserve_space_2 must have the same number of elements as the channels of x, got 5 and 4"):
+        grad(rs2=ones(5))
+
+
+def test_x_and_y_backprop_shapes_must_match():
+    with pytest.raises(ValueError, match=r"x and y_backprop must have the same shape, got \(2, 3, 3, 4\) and \(2, 3, 4, 4\)"):
+        grad(dy=ones(2, 3, 4, 4))
+
+
+def test_x_and_y_backprop_dtypes_must_match():
+    with pytest.raises(TypeError, match="x and y_backprop must have the same dtype, got float32 and float16"):
+        grad(dy=np.ones((2, 3, 3, 4), np.float16))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.uint16, np.complex64, ">f4", bool])
+def test_unsupported_element_types(dtype):
+    x = np.ones((2, 3, 3, 4), dtype)
+    with pytest.raises(TypeError, match=f"x must be a float32, float16 or bfloat16 array .*got dtype {np.dtype(dtype)}"):
+        forward(x=x)
+    with pytest.raises(TypeError, match="y_backprop must be a float32, float16 or bfloat16 array"):
+        grad(dy=x)
+
+
+def test_non_arrays():
+    with pytest.raises(TypeError, match="x must be a float32, float16 or bfloat16 array, got str"):
+        forward(x="abc")
+    with pytest.raises(TypeError, match="x must be a float32, float16 or bfloat16 array, got NoneType"):
+        fqcore.fused_batch_norm(None, ones(4), ones(4))
+    with pytest.raises(TypeError, match="scale must be a float32 array"):
+        forward(scale="abc")
+
+
+def test_nested_lists_are_float32_arrays():
+    x = ones(1, 2, 2, 3).tolist()
+    assert fqcore.fused_batch_norm(x, [1, 1, 1], [0, 0, 0]).y.dtype == F32
+
+
+@pytest.mark.parametrize("name,value", [("epsilon", "1e-3"), ("epsilon", None), ("exponential_avg_factor", [1.0]),
+                                        ("is_training", "yes"), ("is_training", 1)])
+def test_attribute_types(name, value):
+    with pytest.raises(TypeError, match=name):
+        forward(**{name: value})
+
+
+def test_per_channel_float64_is_refused_rather_than_cast():
+    with pytest.raises(TypeError, match="scale must be a float32 array"):
+        forward(scale=np.ones(4))
