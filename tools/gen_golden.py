@@ -1,5 +1,6 @@
-"""Writes the TensorFlow golden data in tests/data/ (needs TF 2.21 on the CPU: `pip install tensorflow-cpu==2.21.*`, then `python tools/gen_golden.py`)."""
+"""Writes the TensorFlow golden data in tests/data/ (needs TF 2.21 on the CPU: `pip install tensorflow-cpu==2.21.*`, then `python tools/gen_golden.py [--family fq|bn|all]`)."""
 
+import argparse
 import hashlib
 import os
 import sys
@@ -9,6 +10,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Batch norm's reference is TF's Eigen kernel (gen_golden_bn.py); fake quant has no oneDNN kernel,
+# so this changes nothing for it. It must be set before TensorFlow is imported.
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -389,6 +393,19 @@ def record(family, c, problems):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", choices=("fq", "bn", "all"), default="all",
+                        help="fake quant (cases_*, bulk_*), batch norm (bn_*), or both")
+    family = parser.parse_args().family
+    if family in ("fq", "all"):
+        main_fake_quant()
+    if family in ("bn", "all"):
+        import gen_golden_bn
+
+        gen_golden_bn.main()
+
+
+def main_fake_quant():
     DATA.mkdir(parents=True, exist_ok=True)
     problems = []
     for family, cases in explicit_cases().items():
