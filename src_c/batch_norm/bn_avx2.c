@@ -48,5 +48,8 @@ static inline void bn_store_d(double *p, bn_vd v) { _mm256_storeu_pd(p, v); }
 static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return _mm256_add_pd(a, b); }
 static inline bn_vd bn_sub_d(bn_vd a, bn_vd b) { return _mm256_sub_pd(a, b); }
 static inline bn_vd bn_mul_d(bn_vd a, bn_vd b) { return _mm256_mul_pd(a, b); }
+#define BN_STREAM_ALIGN 32
+static inline void bn_stream_f32(float *p, bn_vf v) { _mm256_stream_ps(p, v); }
+static inline void bn_stream_fence(void) { _mm_sfence(); }
 
 #include "bn_simd.h"

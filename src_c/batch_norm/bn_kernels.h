@@ -44,7 +44,9 @@ static inline fq_bn_table fq_bn_table_of_run(const fq_bn_table *t, size_t j, siz
    added, element by element in index order (run after run), into the float64 accumulators of each
    position; the SIMD kernels keep that order per position (they vectorize across positions only).
    Every kernel moves its tables (per-position values and accumulators) on by table_stride entries
-   from one run to the next: 0 when all runs share them. */
+   from one run to the next: 0 when all runs share them. The elementwise tables hold
+   period + FQ_BN_LANES entries, the last ones repeating the first, so a vector may cross the end
+   of a period; `stream` asks for float32 output to bypass the caches (it is too large to stay). */
 typedef struct {
     /* a = (double)x - shift[p]; sum[p] += a; sum_sq[p] += a * a. */
     void (*moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride, size_t count,
@@ -56,14 +58,16 @@ typedef struct {
                       double *sum_dy, double *sum_dy_xc, size_t table_stride);
     /* y = fq_bn_normalize_one(x, a[p], b[p], c[p], d[p]). */
     void (*normalize)(const void *x, void *y, fq_dtype dtype, size_t runs, size_t run_stride,
-                      size_t count, size_t period, const fq_bn_table *table, size_t table_stride);
+                      size_t count, size_t period, const fq_bn_table *table, size_t table_stride,
+                      int stream);
     /* dx = fq_bn_backprop_one(dy, x, a[p], b[p], c[p], d[p]). */
     void (*backprop)(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t runs,
                      size_t run_stride, size_t count, size_t period, const fq_bn_table *table,
-                     size_t table_stride);
+                     size_t table_stride, int stream);
     /* dx = dy * a[p]. */
     void (*scale)(const void *dy, void *dx, fq_dtype dtype, size_t runs, size_t run_stride,
-                  size_t count, size_t period, const fq_bn_table *table, size_t table_stride);
+                  size_t count, size_t period, const fq_bn_table *table, size_t table_stride,
+                  int stream);
 } fq_bn_kernels;
 
 extern const fq_bn_kernels fq_bn__scalar;

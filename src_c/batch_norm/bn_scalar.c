@@ -33,7 +33,8 @@ static void grad_sums__scalar(const void *dy, const void *x, fq_dtype dtype, siz
 
 static void normalize__scalar(const void *x, void *y, fq_dtype dtype, size_t runs,
                               size_t run_stride, size_t count, size_t period,
-                              const fq_bn_table *table, size_t table_stride) {
+                              const fq_bn_table *table, size_t table_stride, int stream) {
+    (void)stream;
     for (size_t j = 0; j < runs; ++j) {
         const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
         for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
@@ -46,7 +47,8 @@ static void normalize__scalar(const void *x, void *y, fq_dtype dtype, size_t run
 
 static void backprop__scalar(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t runs,
                              size_t run_stride, size_t count, size_t period,
-                             const fq_bn_table *table, size_t table_stride) {
+                             const fq_bn_table *table, size_t table_stride, int stream) {
+    (void)stream;
     for (size_t j = 0; j < runs; ++j) {
         const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
         for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
@@ -60,7 +62,8 @@ static void backprop__scalar(const void *dy, const void *x, void *dx, fq_dtype d
 
 static void scale__scalar(const void *dy, void *dx, fq_dtype dtype, size_t runs, size_t run_stride,
                           size_t count, size_t period, const fq_bn_table *table,
-                          size_t table_stride) {
+                          size_t table_stride, int stream) {
+    (void)stream;
     for (size_t j = 0; j < runs; ++j) {
         const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
         for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {

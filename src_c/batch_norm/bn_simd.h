@@ -10,6 +10,9 @@
      bn_add/sub/mul_f      bn_vf arithmetic; bn_set1_f broadcast
      bn_low_d, bn_high_d   the first / last BN_W / 2 floats of a bn_vf as a bn_vd
      bn_load_d, bn_store_d, bn_add_d, bn_sub_d, bn_mul_d
+     bn_stream_f32         a non-temporal store of a bn_vf to a BN_STREAM_ALIGN-byte aligned
+                           address (a plain store where the ISA has none); bn_stream_fence()
+                           orders those stores before the kernel returns
 
    Vectors run across positions only: each position's sums still add its elements one by one in
    index order, and each element sees the scalar formula's operations in the same order, so the
@@ -143,7 +146,7 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
     }
 }
 
-/* ---- Elementwise passes: period by period, whole vectors, then the scalar formula ---- */
+/* ---- Elementwise passes: whole vectors, then the scalar formula ---- */
 
 typedef enum { BN_NORMALIZE, BN_BACKPROP, BN_SCALE } bn_pass;
 
@@ -179,33 +182,38 @@ BN_INLINE float pass_one(bn_pass pass, const void *dy, const void *x, fq_dtype d
     }
 }
 
-/* Every input element of a vector is loaded before its outputs are stored: out may be an input. */
+/* One flat loop a run: the position wraps around the period, and a vector that crosses the end
+   of a period reads the tables' repeated entries past it. Every input element of a vector is loaded
+   before its outputs are stored, so out may be an input. Streamed float32 output starts with scalar
+   elements up to the first aligned address. */
 BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out, fq_dtype dtype,
                          size_t runs, size_t run_stride, size_t count, size_t period,
-                         const fq_bn_table *table, size_t table_stride) {
+                         const fq_bn_table *table, size_t table_stride, int stream) {
+    stream = stream && dtype == FQ_DTYPE_F32;
     for (size_t j = 0; j < runs; ++j) {
         const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
         const size_t end = j * run_stride + count;
-        if (period % BN_W == 0) {
-            /* Vectors never straddle two periods: one flat loop, the position wrapping around. */
-            size_t i = j * run_stride, p = 0;
-            for (; i + BN_W <= end; i += BN_W) {
-                bn_store(out, i, dtype, pass_vector(pass, dy, x, dtype, i, &t, p));
-                p += BN_W;
-                if (p == period) p = 0;
-            }
-            for (; i < end; ++i, ++p) fq_store_element(out, i, dtype, pass_one(pass, dy, x, dtype, i, &t, p));
-            continue;
+        size_t i = j * run_stride, p = 0;
+        for (; stream && i < end && (uintptr_t)((float *)out + i) % BN_STREAM_ALIGN != 0; ++i) {
+            fq_store_element(out, i, dtype, pass_one(pass, dy, x, dtype, i, &t, p));
+            if (++p == period) p = 0;
         }
-        for (size_t start = j * run_stride; start < end; start += period) {
-            const size_t length = end - start < period ? end - start : period;
-            size_t p = 0;
-            for (; p + BN_W <= length; p += BN_W)
-                bn_store(out, start + p, dtype, pass_vector(pass, dy, x, dtype, start + p, &t, p));
-            for (; p < length; ++p)
-                fq_store_element(out, start + p, dtype, pass_one(pass, dy, x, dtype, start + p, &t, p));
+        for (; i + BN_W <= end; i += BN_W) {
+            const bn_vf result = pass_vector(pass, dy, x, dtype, i, &t, p);
+            if (stream) {
+                bn_stream_f32((float *)out + i, result);
+            } else {
+                bn_store(out, i, dtype, result);
+            }
+            p += BN_W;
+            if (p >= period) p -= period;
+        }
+        for (; i < end; ++i) {
+            fq_store_element(out, i, dtype, pass_one(pass, dy, x, dtype, i, &t, p));
+            if (++p == period) p = 0;
         }
     }
+    if (stream) bn_stream_fence();
 }
 
 /* ---- The table: one instance of each body per element type ---- */
@@ -240,27 +248,27 @@ static void BN_NAME(grad_sums)(const void *dy, const void *x, fq_dtype dtype, si
 
 #define BN_PASS(pass, dy, x, out)                                                            \
     BN_BY_DTYPE(pass_body(pass, dy, x, out, FQ_DTYPE_F32, runs, run_stride, count, period, \
-                          table, table_stride),                                            \
+                          table, table_stride, stream),                                    \
                 pass_body(pass, dy, x, out, FQ_DTYPE_F16, runs, run_stride, count, period, \
-                          table, table_stride),                                            \
+                          table, table_stride, 0),                                         \
                 pass_body(pass, dy, x, out, FQ_DTYPE_BF16, runs, run_stride, count, period, \
-                          table, table_stride))
+                          table, table_stride, 0))
 
 static void BN_NAME(normalize)(const void *x, void *y, fq_dtype dtype, size_t runs,
                                size_t run_stride, size_t count, size_t period,
-                               const fq_bn_table *table, size_t table_stride) {
+                               const fq_bn_table *table, size_t table_stride, int stream) {
     BN_PASS(BN_NORMALIZE, NULL, x, y)
 }
 
 static void BN_NAME(backprop)(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t runs,
                               size_t run_stride, size_t count, size_t period,
-                              const fq_bn_table *table, size_t table_stride) {
+                              const fq_bn_table *table, size_t table_stride, int stream) {
     BN_PASS(BN_BACKPROP, dy, x, dx)
 }
 
 static void BN_NAME(scale)(const void *dy, void *dx, fq_dtype dtype, size_t runs, size_t run_stride,
                            size_t count, size_t period, const fq_bn_table *table,
-                           size_t table_stride) {
+                           size_t table_stride, int stream) {
     BN_PASS(BN_SCALE, dy, NULL, dx)
 }
 

@@ -16,6 +16,10 @@
 #define BN_MAX_BLOCKS ((size_t)64)
 /* Elementwise passes on several threads: items of about this many elements. */
 #define BN_CHUNK ((size_t)32768)
+/* A pass whose arrays together exceed this (about a shared L3 cache) writes its output with
+   non-temporal stores: the output would leave the cache anyway, and the stores then skip reading
+   each destination line first (a quarter of an np.add-like pass's memory traffic). */
+#define BN_STREAM_MIN_BYTES ((size_t)32 << 20)
 
 static const fq_bn_kernels *active_kernels(void) {
     switch (fq_get_isa()) {
@@ -191,7 +195,9 @@ typedef struct {
     const void *dy, *x;
     void *out;
     size_t period, chunk; /* channels-last: elements per item; channels-first: runs per item */
-    float *tables;        /* 4 parameters x period (channels-last) or x FQ_BN_LANES per channel */
+    int stream;
+    float *tables;        /* 4 parameters x (period + FQ_BN_LANES): one table (channels-last) or
+                             one a channel (channels-first, period FQ_BN_LANES) */
 } elementwise_job;
 
 static fq_bn_table table_at(const float *tables, size_t stride, size_t index) {
@@ -201,22 +207,24 @@ static fq_bn_table table_at(const float *tables, size_t stride, size_t index) {
 }
 
 static void elementwise_call(const elementwise_job *job, size_t first, size_t runs,
-                             size_t run_stride, size_t count, size_t period,
-                             const fq_bn_table *table, size_t table_stride) {
+                             size_t run_stride, size_t count, const fq_bn_table *table,
+                             size_t table_stride) {
     const fq_bn_walk *w = job->walk;
-    const size_t es = w->element_size;
+    const size_t es = w->element_size, period = job->period;
     void *out = (char *)job->out + first * es;
     const char *x = at(job->x, first, es), *dy = at(job->dy, first, es);
     switch (job->pass) {
     case FQ_BN_NORMALIZE:
-        w->kernels->normalize(x, out, w->dtype, runs, run_stride, count, period, table, table_stride);
+        w->kernels->normalize(x, out, w->dtype, runs, run_stride, count, period, table, table_stride,
+                              job->stream);
         break;
     case FQ_BN_BACKPROP:
         w->kernels->backprop(dy, x, out, w->dtype, runs, run_stride, count, period, table,
-                             table_stride);
+                             table_stride, job->stream);
         break;
     case FQ_BN_SCALE:
-        w->kernels->scale(dy, out, w->dtype, runs, run_stride, count, period, table, table_stride);
+        w->kernels->scale(dy, out, w->dtype, runs, run_stride, count, period, table, table_stride,
+                          job->stream);
         break;
     }
 }
@@ -225,23 +233,22 @@ static void elementwise_last_item(void *context, size_t item) {
     const elementwise_job *job = context;
     const size_t first = item * job->chunk;
     const size_t count = job->walk->count - first < job->chunk ? job->walk->count - first : job->chunk;
-    const fq_bn_table table = table_at(job->tables, job->period, 0);
-    elementwise_call(job, first, 1, 0, count, job->period, &table, 0);
+    const fq_bn_table table = table_at(job->tables, job->period + FQ_BN_LANES, 0);
+    elementwise_call(job, first, 1, 0, count, &table, 0);
 }
 
 /* Runs in memory order; the runs of one batch are consecutive channels, so one call takes them. */
 static void elementwise_first_item(void *context, size_t item) {
     const elementwise_job *job = context;
     const fq_bn_shape *s = &job->walk->shape;
-    const size_t runs = s->outer * s->channels;
+    const size_t runs = s->outer * s->channels, stride = 2 * FQ_BN_LANES;
     const size_t end = (item + 1) * job->chunk < runs ? (item + 1) * job->chunk : runs;
     for (size_t run = item * job->chunk; run < end;) {
         const size_t channel = run % s->channels;
         size_t batch_runs = s->channels - channel;
         if (batch_runs > end - run) batch_runs = end - run;
-        const fq_bn_table table = table_at(job->tables, FQ_BN_LANES, channel);
-        elementwise_call(job, run * s->inner, batch_runs, s->inner, s->inner, FQ_BN_LANES, &table,
-                         4 * FQ_BN_LANES);
+        const fq_bn_table table = table_at(job->tables, stride, channel);
+        elementwise_call(job, run * s->inner, batch_runs, s->inner, s->inner, &table, 4 * stride);
         run += batch_runs;
     }
 }
@@ -251,18 +258,19 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
     if (w->count == 0) return FQ_OK;
     const size_t channels = w->shape.channels;
     const int last = is_channels_last(w);
-    /* Channels-last: one period of positions; channels-first: FQ_BN_LANES equal values a channel. */
     const size_t period = last ? period_of(channels) : FQ_BN_LANES;
-    const size_t copies = last ? 1 : channels;
-    float *tables = malloc(sizeof(float) * 4 * period * copies);
+    const size_t entries = period + FQ_BN_LANES, copies = last ? 1 : channels;
+    float *tables = malloc(sizeof(float) * 4 * entries * copies);
     if (tables == NULL) return FQ_ERR_NO_MEMORY;
     const float *params[4] = {per_channel->a, per_channel->b, per_channel->c, per_channel->d};
     for (size_t copy = 0; copy < copies; ++copy)
         for (size_t k = 0; k < 4; ++k)
-            for (size_t p = 0; p < period; ++p)
-                tables[(4 * copy + k) * period + p] =
-                    params[k] == NULL ? 0.0f : params[k][last ? p % channels : copy];
-    elementwise_job job = {w, pass, dy, x, out, period, 0, tables};
+            for (size_t e = 0; e < entries; ++e)
+                tables[(4 * copy + k) * entries + e] =
+                    params[k] == NULL ? 0.0f : params[k][last ? e % period % channels : copy];
+    const size_t arrays = pass == FQ_BN_BACKPROP ? 3 : 2;
+    elementwise_job job = {w, pass, dy, x, out, period, 0,
+                           w->count * w->element_size * arrays >= BN_STREAM_MIN_BYTES, tables};
     const size_t units = last ? ceil_div(w->count, period) : w->shape.outer * channels;
     const size_t unit_size = last ? period : w->shape.inner;
     size_t per_item = BN_CHUNK / unit_size;
@@ -270,8 +278,8 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
     const int threads = fq_runtime_threads_for(w->count, ceil_div(units, per_item));
     if (threads == 1) per_item = units;
     job.chunk = last ? per_item * period : per_item;
-    fq_parallel_for(threads, ceil_div(units, per_item), last ? elementwise_last_item : elementwise_first_item,
-                    &job);
+    fq_parallel_for(threads, ceil_div(units, per_item),
+                    last ? elementwise_last_item : elementwise_first_item, &job);
     free(tables);
     return FQ_OK;
 }
