@@ -12,6 +12,25 @@ SELF_CHECK_Y = [-1.0039216, -1.0039216, -0.2980392, -0.0156863, 0, 0, 0.5019608,
                 1.2392157, 2.9019608, 2.9960785, 2.9960785]
 
 
+# FusedBatchNormV3 training, NHWC, x = 0.37 * arange(24) as [2, 2, 2, 3], epsilon 1e-3, as TF 2.21
+# computes it (shared spec, batch-norm vector 1): the first three y and the batch variance.
+BN_SCALE, BN_OFFSET = [1, 2, -0.5], [0, 0.1, 0.2]
+BN_Y = [float.fromhex(h) for h in ("-0x1.870428p+0", "-0x1.7a375cp+1", "0x1.ed6a8cp-1")]
+BN_BATCH_VARIANCE = [float.fromhex(h) for h in ("0x1.d9205cp+2", "0x1.d92060p+2", "0x1.d92060p+2")]
+
+
+def _within_ulps(actual, expected, ulps):
+    expected = np.asarray(expected, np.float32)
+    return bool(np.all(np.abs(np.asarray(actual, np.float64) - expected) <= ulps * np.abs(np.spacing(expected))))
+
+
+def _batch_norm_outputs(x, dy, scale):
+    forward = fqcore.fused_batch_norm(x, scale, scale, data_format="NCHW")
+    grad = fqcore.fused_batch_norm_grad(dy, x, scale, forward.reserve_space_1,
+                                        forward.reserve_space_2, data_format="NCHW")
+    return [np.asarray(v).tobytes() for v in (*forward[:5], *grad[:3])]
+
+
 def self_check():
     """True when every ISA gives TF's values and the same bits as the scalar reference."""
     x = np.array(SELF_CHECK_X, np.float32)
@@ -24,10 +43,18 @@ def self_check():
         y = fqcore.fake_quant_with_min_max_vars(x, -1.0, 3.0)
         matches_tf = np.allclose(y, SELF_CHECK_Y, rtol=0, atol=5e-8)
         result = fqcore.fake_quant_with_min_max_vars_gradient(grads, big, -6.0, 6.0)
+        # TF's batch-norm rsqrt is approximate and its sums float32: a few ulp apart is agreement.
+        bn = fqcore.fused_batch_norm((0.37 * np.arange(24, dtype=np.float32)).reshape(2, 2, 2, 3),
+                                     np.array(BN_SCALE, np.float32), np.array(BN_OFFSET, np.float32),
+                                     epsilon=1e-3)
+        matches_tf = (matches_tf and _within_ulps(bn.y.reshape(-1)[:3], BN_Y, 4)
+                      and _within_ulps(bn.batch_variance, BN_BATCH_VARIANCE, 2))
         bits = [np.asarray(v).tobytes() for v in result]
+        bits += _batch_norm_outputs(big[:99_960].reshape(4, 7, 35, 102), grads[:99_960].reshape(4, 7, 35, 102),
+                                    np.linspace(-1, 1, 7, dtype=np.float32))
         reference = reference or bits
         same = bits == reference
-        print(f"  {isa:>7}: TF vector {'ok' if matches_tf else 'MISMATCH'}, "
+        print(f"  {isa:>7}: TF vectors {'ok' if matches_tf else 'MISMATCH'}, "
               f"equal to scalar {'ok' if same else 'MISMATCH'}")
         ok = ok and matches_tf and same
     fqcore.set_isa(previous)
@@ -64,8 +91,23 @@ def speed_table():
         for name, fn, baseline in rows:
             t = _best_time(fn, repeats)
             print(f"  {n:>9}  {name:<22} {t * 1e6:>10.1f} {baseline * 1e6:>9.1f} {t / baseline:>6.2f}")
+    for shape, data_format in (((8, 28, 28, 64), "NHWC"), ((8, 64, 28, 28), "NCHW")):
+        x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+        g, out = np.ones_like(x), np.empty_like(x)
+        scale = np.ones(64, np.float32)
+        add = _best_time(lambda: np.add(x, g, out=out), 10)
+        saved = fqcore.fused_batch_norm(x, scale, scale, data_format=data_format)
+        rows = [
+            (f"batch norm {data_format}", lambda: fqcore.fused_batch_norm(x, scale, scale, data_format=data_format)),
+            (f"  gradient {data_format}", lambda: fqcore.fused_batch_norm_grad(
+                g, x, scale, saved.reserve_space_1, saved.reserve_space_2, data_format=data_format)),
+        ]
+        for name, fn in rows:
+            t = _best_time(fn, 10)
+            print(f"  {x.size:>9}  {name:<22} {t * 1e6:>10.1f} {add * 1e6:>9.1f} {t / add:>6.2f}")
     fqcore.set_num_threads(threads)
-    print("  (ratio: vs np.multiply(a, 2.0, out=c) for forwards, np.add(a, b, out=c) for gradients)")
+    print("  (ratio: vs np.multiply(a, 2.0, out=c) for fake-quant forwards, np.add(a, b, out=c) for\n"
+          "   gradients and for batch norm, training mode)")
 
 
 def main():

@@ -59,7 +59,15 @@ BN_INLINE void sums_one(const void *dy, const void *x, fq_dtype dtype, size_t i,
 
 /* Rows of a period are summed in groups of about this many elements: each strip of positions
    walks the group's rows, which stay in L1 for the next strip. */
-#define BN_GROUP_ELEMENTS ((size_t)2048)
+#define BN_GROUP_ELEMENTS ((size_t)4096)
+
+/* Strips narrower than the period read a group in an order the hardware prefetchers do not follow,
+   so the next group's lines are requested, in address order, while this one is summed. */
+BN_INLINE void prefetch_elements(const void *base, size_t first, size_t count, fq_dtype dtype) {
+    const size_t size = dtype == FQ_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    const char *start = (const char *)base + first * size;
+    for (size_t offset = 0; offset < count * size; offset += 64) __builtin_prefetch(start + offset);
+}
 
 /* With dy == NULL the moments of x about center, else the sums of dy and dy * (x - center), over
    `rows` periods from element `base`, for the positions [p, p + vectors * BN_W). The strip's
@@ -127,7 +135,7 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
                          size_t run_stride, size_t count, size_t period, const double *center,
                          double *sum_a, double *sum_b, size_t table_stride) {
     const size_t rows = count / period;
-    const size_t group = period < BN_GROUP_ELEMENTS ? BN_GROUP_ELEMENTS / period : 1;
+    const size_t group = period <= BN_STRIP_VECTORS * BN_W ? BN_GROUP_ELEMENTS / period : 1;
     for (size_t j = 0; j < runs; ++j) {
         const size_t run = j * run_stride, t = j * table_stride;
         const double *c = center + t;
