@@ -1,6 +1,7 @@
 """Times fqcore against numpy's memory-bound ufuncs, TensorFlow and PyTorch in one process; prints markdown tables.
 
 Usage:  python benchmarks/compare.py [--quick] [--json FILE] [--isa NAME] [--sections ...] [--no-torch] [--no-tf]
+                                    [--tf-path DIR] [--tf-onednn on|off]
 
 Every figure is the minimum (--stat median: the median) over repeats of the mean time of a batch of calls (each batch
 lasts at least --sample-ms); the JSON also holds medians. Candidates measured against each other are
@@ -20,13 +21,23 @@ import numpy as np
 
 import fqcore
 
+try:
+    import resource
+except ImportError:  # not on Windows: page faults go uncounted
+    resource = None
+
+try:  # run as a script, benchmarks/ is on sys.path; imported by asv, it is a package
+    from . import compare_batch_norm
+except ImportError:
+    import compare_batch_norm
+
 OPS = ["args", "args_gradient", "vars", "vars_gradient", "vars_per_channel", "vars_per_channel_gradient"]
 SIZES = [65536, 1048576, 16777216]
 CHANNELS = 128            # per-channel ops on n elements see the shape [n // 128, 128]
 LAYOUTS = [(3, 3, 64, 128), (1024, 1024)]
 SMALL = 16
 THREAD_N = 1048576
-SECTIONS = ["numpy", "layout", "small", "threads", "tf_agreement"]
+SECTIONS = ["numpy", "layout", "small", "threads", "tf_agreement", "bn"]
 LO, HI, NUM_BITS = -6.0, 6.0, 8
 TARGET_RATIO = 1.25       # fqcore time / numpy ufunc time, and per-channel / per-tensor
 TARGET_SMALL_US = 3.0     # one call on 16 elements
@@ -49,8 +60,13 @@ def bytes_moved(op, n):
 # Timing
 
 
+def minor_faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource else 0
+
+
 class Timer:
-    """Interleaved batches of calls; per-call minimum and median over the batches."""
+    """Interleaved batches of calls; per-call minimum and median over the batches, and the page faults
+    per call in the fastest batch (fresh pages for an output cost a fault each: first-touch, not work)."""
 
     def __init__(self, repeats, sample_s):
         self.repeats = repeats
@@ -78,17 +94,20 @@ class Timer:
                 fn()
             entries.append((name, fn, prepare, self._calls_per_batch(fn)))
         samples = {name: [] for name, _, _, _ in entries}
+        faults = {name: [] for name, _, _, _ in entries}
         for r in range(self.repeats):
             for name, fn, prepare, number in (entries if r % 2 == 0 else entries[::-1]):
                 if prepare:
                     prepare()
                 loop = range(number)
+                faults_before = minor_faults()
                 start = time.perf_counter()
                 for _ in loop:
                     fn()
                 samples[name].append((time.perf_counter() - start) / number)
+                faults[name].append((minor_faults() - faults_before) / number)
         return {name: {"min": min(s), "median": statistics.median(s), "batches": len(s),
-                       "calls_per_batch": number}
+                       "calls_per_batch": number, "faults_per_call": faults[name][s.index(min(s))]}
                 for (name, _, _, number), s in zip(entries, samples.values())}
 
 
@@ -111,10 +130,16 @@ def load_torch(enabled):
     return torch, None
 
 
-def load_tf(enabled):
+def load_tf(enabled, path=None, onednn=None):
+    """path: a site-packages directory holding TensorFlow for this Python, searched after this
+    interpreter's own; onednn: "on"/"off" sets TF_ENABLE_ONEDNN_OPTS (read when TF is imported)."""
     if not enabled:
         return None, "disabled with --no-tf"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if onednn is not None:
+        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn == "on" else "0"
+    if path and path not in sys.path:
+        sys.path.append(path)
     try:
         import tensorflow as tf
     except ImportError as error:
@@ -304,6 +329,14 @@ def load_note():
     return f"1-minute load average at the start of this table: {load:.2f}{busy}"
 
 
+def tf_onednn_text():
+    value = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    if value is None:
+        return "TF_ENABLE_ONEDNN_OPTS unset: TF's default, oneDNN kernels on x86"
+    state = "off (Eigen)" if value.lower() in ("0", "false") else "on"
+    return f"TF_ENABLE_ONEDNN_OPTS={value}: oneDNN kernels {state}"
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
@@ -465,6 +498,16 @@ def main(argv=None):
                         help="which tables to produce (frameworks come with 'numpy')")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
     parser.add_argument("--no-tf", action="store_true", help="skip TensorFlow even if installed")
+    parser.add_argument("--tf-path", metavar="DIR",
+                        help="a site-packages holding TensorFlow for this Python (e.g. another venv's), "
+                             "searched after this interpreter's own packages")
+    parser.add_argument("--tf-onednn", choices=["on", "off"],
+                        help="set TF_ENABLE_ONEDNN_OPTS before importing TF (default: TF's own default, "
+                             "oneDNN on for x86 Linux builds; off = the Eigen kernels the spec names)")
+    parser.add_argument("--malloc", choices=["steady", "default"], default="steady",
+                        help="batch norm: 'steady' (default) has glibc keep freed memory (mallopt: no mmap, "
+                             "no trimming) from that section on, so no library's output allocations fault in "
+                             "fresh pages; 'default' leaves glibc's adaptive policy")
     parser.add_argument("--clip", choices=sorted(CLIPPING), default="calibrated",
                         help="input distribution: a calibrated range (default) or 25%% clipped")
     args = parser.parse_args(argv)
@@ -478,7 +521,7 @@ def main(argv=None):
         fqcore.set_isa(args.isa)
     saved_threads = fqcore.get_num_threads()
 
-    tf, tf_note = load_tf(not args.no_tf)
+    tf, tf_note = load_tf(not args.no_tf, args.tf_path, args.tf_onednn)
     torch, torch_note = load_torch(not args.no_torch)
 
     meta = {
@@ -487,25 +530,31 @@ def main(argv=None):
         "torch": torch.__version__ if torch else None, "tensorflow": tf.__version__ if tf else None,
         "cpu": cpu_model(), "logical_cpus": os.cpu_count(),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS") if tf else None,
         "statistic": stat, "repeats": repeats, "sample_ms": sample_s * 1e3, "quick": args.quick,
         "clipping": args.clip,
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    results = {"meta": meta, "vs_numpy": [], "layout": [], "small": [], "threads": [], "tf_agreement": []}
+    results = {"meta": meta, "vs_numpy": [], "layout": [], "small": [], "threads": [], "tf_agreement": [],
+               "batch_norm": []}
     failures = []
 
     print("# fqcore performance comparison\n")
     print(f"- fqcore {meta['fqcore']}, ISA **{meta['isa']}** (available: {', '.join(meta['available_isas'])}); "
           f"Python {meta['python']}, numpy {meta['numpy']}")
     print(f"- CPU: {meta['cpu']}, {meta['logical_cpus']} logical CPUs; OPENBLAS_CORETYPE={meta['OPENBLAS_CORETYPE']}")
-    print(f"- TensorFlow: {tf.__version__ + ' (CPU, 1 intra-op + 1 inter-op thread)' if tf else 'skipped: ' + tf_note}")
+    tf_text = f"{tf.__version__} (CPU, 1 intra-op + 1 inter-op thread; {tf_onednn_text()})" if tf else None
+    print(f"- TensorFlow: {tf_text or 'skipped: ' + tf_note}")
     print(f"- PyTorch: {torch.__version__ + ' (1 thread)' if torch else 'skipped: ' + torch_note}")
     print(f"- Timing: time.perf_counter; each batch runs back-to-back calls for >= {sample_s * 1e3:g} ms; "
           f"{repeats} batches per candidate, interleaved in alternating order after a warm-up; "
           f"reported: the **{stat}** over batches of the per-call time. fqcore uses out= buffers; "
-          f"TF/PyTorch allocate their results.")
-    print(f"- Inputs {CLIPPING_TEXT[args.clip]}, range [{LO:g}, {HI:g}], {NUM_BITS} bits; per-channel ops on n elements "
-          f"use shape [n/{CHANNELS}, {CHANNELS}] with every channel's range equal to the per-tensor range.\n")
+          f"TF/PyTorch allocate their results (batch norm: all three allocate).")
+    if set(args.sections) - {"bn"}:
+        print(f"- Inputs {CLIPPING_TEXT[args.clip]}, range [{LO:g}, {HI:g}], {NUM_BITS} bits; per-channel ops on "
+              f"n elements use shape [n/{CHANNELS}, {CHANNELS}] with every channel's range equal to the "
+              "per-tensor range.")
+    print()
     sys.stdout.flush()
 
     rows5 = None
@@ -588,6 +637,29 @@ def main(argv=None):
         print(table(["op", "n", "elementwise mismatches vs TF", "fq dmin err", "TF dmin err", "fq dmax err",
                      "TF dmax err"], section_tf_agreement(tf, results)))
         print()
+
+    if "bn" in args.sections:
+        note = load_note()
+        malloc_note = compare_batch_norm.steady_malloc() if args.malloc == "steady" else "glibc's default policy"
+        meta["bn_malloc"] = malloc_note
+        tables, notes, bn_results, bn_failures = compare_batch_norm.run(timer, torch, tf, stat, args.quick)
+        notes.append(f"Allocator: {malloc_note}.")
+        results["batch_norm"] = bn_results
+        failures += bn_failures
+        print("## 7. Fused batch norm (1 thread)\n")
+        print(note + "\n")
+        for i, (title, intro, header, rows) in enumerate(tables):
+            print(f"### 7{'abcdefgh'[i]}. {title}\n")
+            print(intro + "\n")
+            print(table(header, rows))
+            print()
+        if tf is None:
+            notes.append(f"TensorFlow columns skipped: {tf_note}.")
+        if torch is None:
+            notes.append(f"PyTorch columns skipped: {torch_note}.")
+        print("\n".join(f"- {n}" for n in notes))
+        print()
+        sys.stdout.flush()
 
     print("## Targets missed\n")
     print("\n".join(f"- {f}" for f in failures) if failures else "None.")
