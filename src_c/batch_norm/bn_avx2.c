@@ -43,6 +43,7 @@ static inline bn_vf bn_sub_f(bn_vf a, bn_vf b) { return _mm256_sub_ps(a, b); }
 static inline bn_vf bn_mul_f(bn_vf a, bn_vf b) { return _mm256_mul_ps(a, b); }
 static inline bn_vd bn_low_d(bn_vf v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
 static inline bn_vd bn_high_d(bn_vf v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+static inline bn_vd bn_load_f32_d(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
 static inline bn_vd bn_load_d(const double *p) { return _mm256_loadu_pd(p); }
 static inline void bn_store_d(double *p, bn_vd v) { _mm256_storeu_pd(p, v); }
 static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return _mm256_add_pd(a, b); }

@@ -42,6 +42,7 @@ static inline bn_vd bn_low_d(bn_vf v) { return _mm512_cvtps_pd(_mm512_castps512_
 static inline bn_vd bn_high_d(bn_vf v) {
     return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
+static inline bn_vd bn_load_f32_d(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
 static inline bn_vd bn_load_d(const double *p) { return _mm512_loadu_pd(p); }
 static inline void bn_store_d(double *p, bn_vd v) { _mm512_storeu_pd(p, v); }
 static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return _mm512_add_pd(a, b); }

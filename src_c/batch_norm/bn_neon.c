@@ -51,10 +51,16 @@ static inline bn_vf bn_sub_f(bn_vf a, bn_vf b) { return vsubq_f32(a, b); }
 static inline bn_vf bn_mul_f(bn_vf a, bn_vf b) { return vmulq_f32(a, b); }
 static inline bn_vd bn_low_d(bn_vf v) { return vcvt_f64_f32(vget_low_f32(v)); }
 static inline bn_vd bn_high_d(bn_vf v) { return vcvt_high_f64_f32(v); }
+static inline bn_vd bn_load_f32_d(const float *p) { return vcvt_f64_f32(vld1_f32(p)); }
 static inline bn_vd bn_load_d(const double *p) { return vld1q_f64(p); }
 static inline void bn_store_d(double *p, bn_vd v) { vst1q_f64(p, v); }
 static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return vaddq_f64(a, b); }
 static inline bn_vd bn_sub_d(bn_vd a, bn_vd b) { return vsubq_f64(a, b); }
 static inline bn_vd bn_mul_d(bn_vd a, bn_vd b) { return vmulq_f64(a, b); }
+/* A plain store: AArch64's non-temporal STNP is only a hint, and an asm statement for it would keep
+   the compiler from scheduling the loop's other loads and stores around it. */
+#define BN_STREAM_ALIGN 16
+static inline void bn_stream_f32(float *p, bn_vf v) { vst1q_f32(p, v); }
+static inline void bn_stream_fence(void) {}
 
 #include "bn_simd.h"
