@@ -1,7 +1,7 @@
 /* AVX2 batch-norm kernels: 8 floats a vector, float16 through F16C, bfloat16 by integer rounding.
    The kernels themselves are in bn_simd.h. */
-#if !defined(__AVX2__) || !defined(__F16C__)
-#error "bn_avx2.c must be built with -mavx2 -mf16c (setup.py adds them)"
+#if !defined(__AVX2__) || !defined(__F16C__) || !defined(__FMA__)
+#error "bn_avx2.c must be built with -mavx2 -mfma -mf16c (setup.py adds them)"
 #endif
 #include <immintrin.h>
 #include <stdint.h>
@@ -48,7 +48,7 @@ static inline bn_vd bn_load_d(const double *p) { return _mm256_loadu_pd(p); }
 static inline void bn_store_d(double *p, bn_vd v) { _mm256_storeu_pd(p, v); }
 static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return _mm256_add_pd(a, b); }
 static inline bn_vd bn_sub_d(bn_vd a, bn_vd b) { return _mm256_sub_pd(a, b); }
-static inline bn_vd bn_mul_d(bn_vd a, bn_vd b) { return _mm256_mul_pd(a, b); }
+static inline bn_vd bn_fma_d(bn_vd a, bn_vd b, bn_vd c) { return _mm256_fmadd_pd(a, b, c); }
 #define BN_STREAM_ALIGN 32
 static inline void bn_stream_f32(float *p, bn_vf v) { _mm256_stream_ps(p, v); }
 static inline void bn_stream_fence(void) { _mm_sfence(); }

@@ -48,11 +48,12 @@ static inline fq_bn_table fq_bn_table_of_run(const fq_bn_table *t, size_t j, siz
    period + FQ_BN_LANES entries, the last ones repeating the first, so a vector may cross the end
    of a period; `stream` asks for float32 output to bypass the caches (it is too large to stay). */
 typedef struct {
-    /* a = (double)x - shift[p]; sum[p] += a; sum_sq[p] += a * a. */
+    /* a = (double)x - shift[p]; sum[p] += a; sum_sq[p] = fma(a, a, sum_sq[p]) (fused: one
+       rounding, on every ISA). */
     void (*moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride, size_t count,
                     size_t period, const double *shift, double *sum, double *sum_sq,
                     size_t table_stride);
-    /* a = (double)x - mean[p]; d = (double)dy; sum_dy[p] += d; sum_dy_xc[p] += d * a. */
+    /* a = (double)x - mean[p]; d = (double)dy; sum_dy[p] += d; sum_dy_xc[p] = fma(d, a, ...). */
     void (*grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                       size_t run_stride, size_t count, size_t period, const double *mean,
                       double *sum_dy, double *sum_dy_xc, size_t table_stride);

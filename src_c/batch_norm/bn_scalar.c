@@ -1,4 +1,6 @@
 /* Scalar batch-norm kernels: the reference every SIMD path must equal bit for bit. */
+#include <math.h>
+
 #include "bn_convert.h"
 #include "bn_kernels.h"
 
@@ -10,7 +12,7 @@ static void moments__scalar(const void *x, fq_dtype dtype, size_t runs, size_t r
         for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
             const double a = (double)fq_load_element(x, i, dtype) - shift[t + p];
             sum[t + p] += a;
-            sum_sq[t + p] += a * a;
+            sum_sq[t + p] = fma(a, a, sum_sq[t + p]);
             if (++p == period) p = 0;
         }
     }
@@ -25,7 +27,7 @@ static void grad_sums__scalar(const void *dy, const void *x, fq_dtype dtype, siz
             const double d = (double)fq_load_element(dy, i, dtype);
             const double a = (double)fq_load_element(x, i, dtype) - mean[t + p];
             sum_dy[t + p] += d;
-            sum_dy_xc[t + p] += d * a;
+            sum_dy_xc[t + p] = fma(d, a, sum_dy_xc[t + p]);
             if (++p == period) p = 0;
         }
     }

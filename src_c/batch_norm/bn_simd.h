@@ -10,7 +10,7 @@
      bn_add/sub/mul_f      bn_vf arithmetic; bn_set1_f broadcast
      bn_low_d, bn_high_d   the first / last BN_W / 2 floats of a bn_vf as a bn_vd
      bn_load_f32_d         BN_W / 2 floats -> bn_vd (one convert, no lane shuffle)
-     bn_load_d, bn_store_d, bn_add_d, bn_sub_d, bn_mul_d
+     bn_load_d, bn_store_d, bn_add_d, bn_sub_d, bn_fma_d (a * b + c, rounded once)
      bn_stream_f32         a non-temporal store of a bn_vf to a BN_STREAM_ALIGN-byte aligned
                            address (a plain store where the ISA has none); bn_stream_fence()
                            orders those stores before the kernel returns
@@ -19,6 +19,7 @@
    index order, and each element sees the scalar formula's operations in the same order, so the
    results equal bn_scalar.c bit for bit. Whatever does not fill a vector goes through the scalar
    formulas of bn_kernels.h / bn_convert.h. */
+#include <math.h>
 #include <stdint.h>
 
 #include "bn_convert.h"
@@ -50,11 +51,11 @@ BN_INLINE void sums_one(const void *dy, const void *x, fq_dtype dtype, size_t i,
     const double a = (double)fq_load_element(x, i, dtype) - center[p];
     if (dy == NULL) {
         sum_a[p] += a;
-        sum_b[p] += a * a;
+        sum_b[p] = fma(a, a, sum_b[p]);
     } else {
         const double d = (double)fq_load_element(dy, i, dtype);
         sum_a[p] += d;
-        sum_b[p] += d * a;
+        sum_b[p] = fma(d, a, sum_b[p]);
     }
 }
 
@@ -102,14 +103,14 @@ BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t 
             if (dy == NULL) {
                 a[2 * v] = bn_add_d(a[2 * v], lo);
                 a[2 * v + 1] = bn_add_d(a[2 * v + 1], hi);
-                b[2 * v] = bn_add_d(b[2 * v], bn_mul_d(lo, lo));
-                b[2 * v + 1] = bn_add_d(b[2 * v + 1], bn_mul_d(hi, hi));
+                b[2 * v] = bn_fma_d(lo, lo, b[2 * v]);
+                b[2 * v + 1] = bn_fma_d(hi, hi, b[2 * v + 1]);
             } else {
                 widen(dy, i + (size_t)v * BN_W, dtype, &glo, &ghi);
                 a[2 * v] = bn_add_d(a[2 * v], glo);
                 a[2 * v + 1] = bn_add_d(a[2 * v + 1], ghi);
-                b[2 * v] = bn_add_d(b[2 * v], bn_mul_d(glo, lo));
-                b[2 * v + 1] = bn_add_d(b[2 * v + 1], bn_mul_d(ghi, hi));
+                b[2 * v] = bn_fma_d(glo, lo, b[2 * v]);
+                b[2 * v + 1] = bn_fma_d(ghi, hi, b[2 * v + 1]);
             }
         }
     }
