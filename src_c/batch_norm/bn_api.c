@@ -21,30 +21,42 @@ static int any_null(size_t channels, const void *a, const void *b, const void *c
     return channels > 0 && (a == NULL || b == NULL || c == NULL || d == NULL);
 }
 
-/* Per-channel scratch: two float64 sums, the centers, and four float32 tables. */
+/* One call's state: per-channel scratch (two float64 sums, the centers, four float32 tables), the
+   walk over the data, and the floating-point mode to restore. */
 typedef struct {
     double *sum_a, *sum_b, *center;
     float *a, *b, *c, *d;
     void *block;
-} per_channel;
+    fq_bn_walk walk;
+    fq_fpenv saved;
+} call;
 
-static fq_status per_channel_alloc(per_channel *pc, size_t channels) {
-    const size_t n = channels > 0 ? channels : 1;
-    pc->block = malloc(n * (3 * sizeof(double) + 4 * sizeof(float)));
-    if (pc->block == NULL) return FQ_ERR_NO_MEMORY;
-    pc->sum_a = pc->block;
-    pc->sum_b = pc->sum_a + n;
-    pc->center = pc->sum_b + n;
-    pc->a = (float *)(pc->center + n);
-    pc->b = pc->a + n;
-    pc->c = pc->b + n;
-    pc->d = pc->c + n;
+static fq_status call_begin(call *k, fq_dtype dtype, fq_bn_shape shape) {
+    const size_t n = shape.channels > 0 ? shape.channels : 1;
+    k->block = malloc(n * (3 * sizeof(double) + 4 * sizeof(float)));
+    if (k->block == NULL) return FQ_ERR_NO_MEMORY;
+    k->sum_a = k->block;
+    k->sum_b = k->sum_a + n;
+    k->center = k->sum_b + n;
+    k->a = (float *)(k->center + n);
+    k->b = k->a + n;
+    k->c = k->b + n;
+    k->d = k->c + n;
+    k->saved = fq_fpenv_enter();
+    fq_bn_walk_init(&k->walk, dtype, shape);
     return FQ_OK;
 }
 
-static fq_bn_table table_of(const per_channel *pc) {
-    const fq_bn_table t = {pc->a, pc->b, pc->c, pc->d};
-    return t;
+/* The elementwise pass with the tables, then the call's end; returns the call's status. */
+static fq_status call_end(call *k, fq_status status, fq_bn_pass pass, const void *dy, const void *x,
+                          void *out) {
+    if (status == FQ_OK) {
+        const fq_bn_table table = {k->a, k->b, k->c, k->d};
+        status = fq_bn_walk_elementwise(&k->walk, pass, dy, x, out, &table);
+    }
+    fq_fpenv_leave(k->saved);
+    free(k->block);
+    return status;
 }
 
 static double inverse_sqrt(double variance, float epsilon) {
@@ -73,17 +85,14 @@ fq_status fq_bn_forward_training(const void *x, fq_dtype dtype, fq_bn_shape shap
         any_null(channels, saved_mean, saved_variance, running ? mean_in : scale,
                  running ? variance_in : scale))
         return FQ_ERR_NULL_POINTER;
-    per_channel pc;
-    if ((status = per_channel_alloc(&pc, channels)) != FQ_OK) return status;
-    const fq_fpenv saved = fq_fpenv_enter();
-    fq_bn_walk walk;
-    fq_bn_walk_init(&walk, dtype, shape);
-    const size_t n = walk.per_channel;
+    call pc;
+    if ((status = call_begin(&pc, dtype, shape)) != FQ_OK) return status;
+    const size_t n = pc.walk.per_channel;
     for (size_t c = 0; c < channels; ++c) {
         const size_t first = shape.layout == FQ_BN_CHANNELS_LAST ? c : c * shape.inner;
-        pc.center[c] = walk.count > 0 ? shift_of(x, dtype, first) : 0.0;
+        pc.center[c] = pc.walk.count > 0 ? shift_of(x, dtype, first) : 0.0;
     }
-    status = fq_bn_walk_sums(&walk, NULL, x, pc.center, pc.sum_a, pc.sum_b);
+    status = fq_bn_walk_sums(&pc.walk, NULL, x, pc.center, pc.sum_a, pc.sum_b);
     const double count = (double)n;
     const double bessel = count / (n > 1 ? (double)(n - 1) : 1.0);
     const double factor = (double)exponential_avg_factor;
@@ -108,13 +117,7 @@ fq_status fq_bn_forward_training(const void *x, fq_dtype dtype, fq_bn_shape shap
         pc.c[c] = (float)(inverse_sqrt(variance, epsilon) * (double)scale[c]);
         pc.d[c] = offset[c];
     }
-    if (status == FQ_OK) {
-        const fq_bn_table table = table_of(&pc);
-        status = fq_bn_walk_elementwise(&walk, FQ_BN_NORMALIZE, NULL, x, y, &table);
-    }
-    fq_fpenv_leave(saved);
-    free(pc.block);
-    return status;
+    return call_end(&pc, status, FQ_BN_NORMALIZE, NULL, x, y);
 }
 
 fq_status fq_bn_forward_inference(const void *x, fq_dtype dtype, fq_bn_shape shape,
@@ -124,22 +127,15 @@ fq_status fq_bn_forward_inference(const void *x, fq_dtype dtype, fq_bn_shape sha
     if (status != FQ_OK) return status;
     const size_t channels = shape.channels;
     if (any_null(channels, scale, offset, mean, variance)) return FQ_ERR_NULL_POINTER;
-    per_channel pc;
-    if ((status = per_channel_alloc(&pc, channels)) != FQ_OK) return status;
-    const fq_fpenv saved = fq_fpenv_enter();
-    fq_bn_walk walk;
-    fq_bn_walk_init(&walk, dtype, shape);
+    call pc;
+    if ((status = call_begin(&pc, dtype, shape)) != FQ_OK) return status;
     for (size_t c = 0; c < channels; ++c) {
         pc.a[c] = mean[c];
         pc.b[c] = 0.0f; /* (x - mean) - 0 is x - mean, bit for bit */
         pc.c[c] = (float)(inverse_sqrt((double)variance[c], epsilon) * (double)scale[c]);
         pc.d[c] = offset[c];
     }
-    const fq_bn_table table = table_of(&pc);
-    status = fq_bn_walk_elementwise(&walk, FQ_BN_NORMALIZE, NULL, x, y, &table);
-    fq_fpenv_leave(saved);
-    free(pc.block);
-    return status;
+    return call_end(&pc, FQ_OK, FQ_BN_NORMALIZE, NULL, x, y);
 }
 
 fq_status fq_bn_grad(const void *y_backprop, const void *x, fq_dtype dtype, fq_bn_shape shape,
@@ -153,14 +149,11 @@ fq_status fq_bn_grad(const void *y_backprop, const void *x, fq_dtype dtype, fq_b
         any_null(channels, scale, mean, variance, scale_backprop) ||
         any_null(channels, offset_backprop, scale, scale, scale))
         return FQ_ERR_NULL_POINTER;
-    per_channel pc;
-    if ((status = per_channel_alloc(&pc, channels)) != FQ_OK) return status;
-    const fq_fpenv saved = fq_fpenv_enter();
-    fq_bn_walk walk;
-    fq_bn_walk_init(&walk, dtype, shape);
+    call pc;
+    if ((status = call_begin(&pc, dtype, shape)) != FQ_OK) return status;
     for (size_t c = 0; c < channels; ++c) pc.center[c] = (double)mean[c];
-    status = fq_bn_walk_sums(&walk, y_backprop, x, pc.center, pc.sum_a, pc.sum_b);
-    const double count = (double)walk.per_channel;
+    status = fq_bn_walk_sums(&pc.walk, y_backprop, x, pc.center, pc.sum_a, pc.sum_b);
+    const double count = (double)pc.walk.per_channel;
     for (size_t c = 0; status == FQ_OK && c < channels; ++c) {
         const double coef = inverse_sqrt((double)variance[c], epsilon);
         offset_backprop[c] = (float)pc.sum_a[c];
@@ -175,12 +168,6 @@ fq_status fq_bn_grad(const void *y_backprop, const void *x, fq_dtype dtype, fq_b
             pc.b[c] = pc.c[c] = pc.d[c] = 0.0f;
         }
     }
-    if (status == FQ_OK) {
-        const fq_bn_table table = table_of(&pc);
-        status = fq_bn_walk_elementwise(&walk, is_training ? FQ_BN_BACKPROP : FQ_BN_SCALE,
-                                        y_backprop, x, x_backprop, &table);
-    }
-    fq_fpenv_leave(saved);
-    free(pc.block);
-    return status;
+    return call_end(&pc, status, is_training ? FQ_BN_BACKPROP : FQ_BN_SCALE, y_backprop, x,
+                    x_backprop);
 }
