@@ -1,6 +1,7 @@
 /* Public batch-norm entry points: validation and the per-channel formulas (in float64, each result
    rounded once to float32); the walks over the data are in bn_walk.c. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "../common/fpenv.h"
@@ -12,6 +13,10 @@ static fq_status check_shape(const void *x, fq_dtype dtype, fq_bn_shape shape, c
         return FQ_ERR_BAD_DTYPE;
     if (shape.layout != FQ_BN_CHANNELS_LAST && shape.layout != FQ_BN_CHANNELS_FIRST)
         return FQ_ERR_BAD_LAYOUT;
+    /* An element count that does not fit a size_t cannot describe memory. */
+    if (shape.inner > 0 && shape.outer > SIZE_MAX / shape.inner) return FQ_ERR_BAD_SHAPE;
+    if (shape.channels > 0 && shape.outer * shape.inner > SIZE_MAX / shape.channels)
+        return FQ_ERR_BAD_SHAPE;
     if (shape.outer * shape.inner * shape.channels > 0 && (x == NULL || out == NULL))
         return FQ_ERR_NULL_POINTER;
     return FQ_OK;

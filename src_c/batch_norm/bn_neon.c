@@ -56,7 +56,7 @@ static inline bn_vd bn_load_d(const double *p) { return vld1q_f64(p); }
 static inline void bn_store_d(double *p, bn_vd v) { vst1q_f64(p, v); }
 static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return vaddq_f64(a, b); }
 static inline bn_vd bn_sub_d(bn_vd a, bn_vd b) { return vsubq_f64(a, b); }
-static inline bn_vd bn_mul_d(bn_vd a, bn_vd b) { return vmulq_f64(a, b); }
+static inline bn_vd bn_fma_d(bn_vd a, bn_vd b, bn_vd c) { return vfmaq_f64(c, a, b); }
 /* A plain store: AArch64's non-temporal STNP is only a hint, and an asm statement for it would keep
    the compiler from scheduling the loop's other loads and stores around it. */
 #define BN_STREAM_ALIGN 16

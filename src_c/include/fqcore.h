@@ -19,7 +19,8 @@ typedef enum {
     FQ_ERR_ISA_UNAVAILABLE = 5, /* the requested ISA is not compiled in or not supported by this CPU */
     FQ_ERR_BAD_ISA = 6,         /* not a known fq_isa value or name */
     FQ_ERR_BAD_THREADS = 7,     /* thread count below 1 */
-    FQ_ERR_BAD_SHAPE = 8,       /* per-channel: channels == 0 while the input is not empty */
+    FQ_ERR_BAD_SHAPE = 8,       /* per-channel: channels == 0 while the input is not empty; batch norm:
+                                   a shape whose element count overflows size_t */
     FQ_ERR_BAD_DTYPE = 9,       /* not a known fq_dtype value */
     FQ_ERR_BAD_LAYOUT = 10      /* not a known fq_bn_layout value */
 } fq_status;
