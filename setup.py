@@ -30,11 +30,13 @@ COMMON_SOURCES = [
     "batch_norm/bn_api.c",
     "batch_norm/bn_walk.c",
     "batch_norm/bn_scalar.c",
+    "range/range_api.c",
+    "range/range_scalar.c",
 ]
 ISA_SOURCES = {
-    "AVX2": ["fake_quant/fq_avx2.c", "batch_norm/bn_avx2.c"],
-    "AVX512": ["fake_quant/fq_avx512.c", "batch_norm/bn_avx512.c"],
-    "NEON": ["fake_quant/fq_neon.c", "batch_norm/bn_neon.c"],
+    "AVX2": ["fake_quant/fq_avx2.c", "batch_norm/bn_avx2.c", "range/range_avx2.c"],
+    "AVX512": ["fake_quant/fq_avx512.c", "batch_norm/bn_avx512.c", "range/range_avx512.c"],
+    "NEON": ["fake_quant/fq_neon.c", "batch_norm/bn_neon.c", "range/range_neon.c"],
 }
 PROBES = {
     "AVX2": ("#include <immintrin.h>\nint main(void){__m256 a=_mm256_set1_ps(1.f);"

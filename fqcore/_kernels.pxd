@@ -78,3 +78,5 @@ cdef extern from "fqcore.h" nogil:
                          const float *scale, const float *mean, const float *variance,
                          float epsilon, int is_training, void *x_backprop, float *scale_backprop,
                          float *offset_backprop)
+
+    fq_status fq_f32_range(const float *x, size_t n, size_t channels, float *min, float *max)

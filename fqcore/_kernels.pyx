@@ -181,3 +181,15 @@ def bn_grad(const unsigned char[::1] y_backprop, const unsigned char[::1] x, int
                         _cptr(mean), _cptr(variance), epsilon, is_training, _bytes(x_backprop),
                         _ptr(scale_backprop), _ptr(offset_backprop))
     _check(rc)
+
+
+# Range observation: per-channel (or, with one channel, per-tensor) min and max of x viewed as
+# [x.size // channels, channels], where channels = min.shape[0].
+
+def batch_range(const float[::1] x, float[::1] min, float[::1] max):
+    cdef fq_status rc
+    if max.shape[0] != min.shape[0]:
+        raise ValueError(f"min and max must have the same length, got {min.shape[0]} and {max.shape[0]}")
+    with nogil:
+        rc = fq_f32_range(_cptr(x), x.shape[0], min.shape[0], _ptr(min), _ptr(max))
+    _check(rc)

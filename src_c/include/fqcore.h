@@ -128,6 +128,22 @@ fq_status fq_bn_grad(const void *y_backprop, const void *x, fq_dtype dtype, fq_b
                      int is_training, void *x_backprop, float *scale_backprop,
                      float *offset_backprop);
 
+/* --- Range observation (float32): the batch min and max a quantizer observes in training. ---
+   TF's reduce_min / reduce_max in one pass over x viewed as [n / channels, channels], reducing the
+   rows: channels == 1 is the per-tensor range, otherwise one range per last-axis channel. min and
+   max have `channels` elements (and must not overlap x). Per channel, exactly and independently of
+   the ISA, the thread count and the order of the data:
+   - a NaN anywhere makes both min and max NaN (always the quiet NaN 0x7fc00000);
+   - denormals count as zeros of their sign, as TF's reduce ops see them on its flush-to-zero
+     threads (minps / maxps under denormals-are-zero return the flushed zero): a result is never a
+     denormal;
+   - zeros follow IEEE 754-2019 minimum / maximum: min is -0 when the channel holds a -0 (or a
+     negative denormal) and nothing below zero, max is +0 when it holds a +0 (or a positive
+     denormal) and nothing above zero;
+   - n == 0: min = +inf and max = -inf for every channel, as TF reduces an empty tensor.
+   Errors: n % channels != 0, or channels == 0 with n > 0: FQ_ERR_BAD_SHAPE. */
+fq_status fq_f32_range(const float *x, size_t n, size_t channels, float *min, float *max);
+
 #ifdef __cplusplus
 }
 #endif
