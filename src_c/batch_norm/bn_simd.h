@@ -204,6 +204,8 @@ BN_INLINE float pass_one(bn_pass pass, const void *dy, const void *x, fq_dtype d
     }
 }
 
+#define BN_STREAM_MIN_RUN ((size_t)1024)
+
 /* One flat loop a run: the position wraps around the period, and a vector that crosses the end
    of a period reads the tables' repeated entries past it. Every input element of a vector is loaded
    before its outputs are stored, so out may be an input. Streamed float32 output starts with scalar
@@ -211,7 +213,9 @@ BN_INLINE float pass_one(bn_pass pass, const void *dy, const void *x, fq_dtype d
 BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out, fq_dtype dtype,
                          size_t runs, size_t run_stride, size_t count, size_t period,
                          const fq_bn_table *table, size_t table_stride, int stream) {
-    stream = stream && dtype == FQ_DTYPE_F32;
+    /* Runs too short to repay the scalar elements before the first aligned address are stored
+       plainly. */
+    stream = stream && dtype == FQ_DTYPE_F32 && count >= BN_STREAM_MIN_RUN;
     for (size_t j = 0; j < runs; ++j) {
         const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
         const size_t end = j * run_stride + count;
