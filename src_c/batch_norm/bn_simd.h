@@ -11,6 +11,8 @@
      bn_low_d, bn_high_d   the first / last BN_W / 2 floats of a bn_vf as a bn_vd
      bn_load_f32_d         BN_W / 2 floats -> bn_vd (one convert, no lane shuffle)
      bn_load_d, bn_store_d, bn_add_d, bn_sub_d, bn_fma_d (a * b + c, rounded once)
+     BN_HAS_PARTIAL        optional: bn_load_partial_f32/f16/bf16(p, n) and
+                           bn_store_partial_f32/f16/bf16(p, n, v) for the first n < BN_W lanes
      bn_stream_f32         a non-temporal store of a bn_vf to a BN_STREAM_ALIGN-byte aligned
                            address (a plain store where the ISA has none); bn_stream_fence()
                            orders those stores before the kernel returns
@@ -172,23 +174,42 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
 
 typedef enum { BN_NORMALIZE, BN_BACKPROP, BN_SCALE } bn_pass;
 
+/* The elements [i, i + n) of a vector, n <= BN_W; an ISA with partial vectors (BN_HAS_PARTIAL)
+   loads the lanes past n as zeros without touching their memory, and does not store them. */
+BN_INLINE bn_vf bn_load_n(const void *base, size_t i, size_t n, fq_dtype dtype) {
+#ifdef BN_HAS_PARTIAL
+    if (n < BN_W) {
+        switch (dtype) {
+        case FQ_DTYPE_F16: return bn_load_partial_f16((const uint16_t *)base + i, n);
+        case FQ_DTYPE_BF16: return bn_load_partial_bf16((const uint16_t *)base + i, n);
+        default: return bn_load_partial_f32((const float *)base + i, n);
+        }
+    }
+#else
+    (void)n;
+#endif
+    return bn_load(base, i, dtype);
+}
+
+/* Lanes [0, n) of the pass's formula at element i, position p (the tables extend past the
+   period, so whole table vectors are always in bounds). */
 BN_INLINE bn_vf pass_vector(bn_pass pass, const void *dy, const void *x, fq_dtype dtype, size_t i,
-                            const fq_bn_table *t, size_t p) {
+                            size_t n, const fq_bn_table *t, size_t p) {
     switch (pass) {
     case BN_NORMALIZE: {
-        const bn_vf v = bn_load(x, i, dtype);
+        const bn_vf v = bn_load_n(x, i, n, dtype);
         return bn_add_f(bn_mul_f(bn_sub_f(bn_sub_f(v, bn_load_f32(t->a + p)), bn_load_f32(t->b + p)),
                                  bn_load_f32(t->c + p)),
                         bn_load_f32(t->d + p));
     }
     case BN_BACKPROP: {
-        const bn_vf g = bn_load(dy, i, dtype);
-        const bn_vf v = bn_load(x, i, dtype);
+        const bn_vf g = bn_load_n(dy, i, n, dtype);
+        const bn_vf v = bn_load_n(x, i, n, dtype);
         const bn_vf centered = bn_sub_f(g, bn_load_f32(t->a + p));
         const bn_vf projection = bn_mul_f(bn_sub_f(v, bn_load_f32(t->b + p)), bn_load_f32(t->c + p));
         return bn_mul_f(bn_sub_f(centered, projection), bn_load_f32(t->d + p));
     }
-    default: return bn_mul_f(bn_load(dy, i, dtype), bn_load_f32(t->a + p));
+    default: return bn_mul_f(bn_load_n(dy, i, n, dtype), bn_load_f32(t->a + p));
     }
 }
 
@@ -225,7 +246,7 @@ BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out,
             if (++p == period) p = 0;
         }
         for (; i + BN_W <= end; i += BN_W) {
-            const bn_vf result = pass_vector(pass, dy, x, dtype, i, &t, p);
+            const bn_vf result = pass_vector(pass, dy, x, dtype, i, BN_W, &t, p);
             if (stream) {
                 bn_stream_f32((float *)out + i, result);
             } else {
@@ -234,10 +255,21 @@ BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out,
             p += BN_W;
             if (p >= period) p -= period;
         }
+#ifdef BN_HAS_PARTIAL
+        if (i < end) {
+            const bn_vf result = pass_vector(pass, dy, x, dtype, i, end - i, &t, p);
+            switch (dtype) {
+            case FQ_DTYPE_F16: bn_store_partial_f16((uint16_t *)out + i, end - i, result); break;
+            case FQ_DTYPE_BF16: bn_store_partial_bf16((uint16_t *)out + i, end - i, result); break;
+            default: bn_store_partial_f32((float *)out + i, end - i, result); break;
+            }
+        }
+#else
         for (; i < end; ++i) {
             fq_store_element(out, i, dtype, pass_one(pass, dy, x, dtype, i, &t, p));
             if (++p == period) p = 0;
         }
+#endif
     }
     if (stream) bn_stream_fence();
 }
