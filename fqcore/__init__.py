@@ -9,6 +9,10 @@ from .ops import (FakeQuantWithMinMaxVarsGradient, FakeQuantWithMinMaxVarsPerCha
                   fake_quant_with_min_max_vars, fake_quant_with_min_max_vars_gradient,
                   fake_quant_with_min_max_vars_per_channel,
                   fake_quant_with_min_max_vars_per_channel_gradient)
+from .quantizers import (AllValuesQuantizer, FixedQuantizer, LastValueQuantizer,
+                         MovingAverageQuantizer, NoQuantizer, Quantizer)
+from .serialization import (deserialize, from_json, load_quantizer, register_quantizer,
+                            save_quantizer, serialize, to_json)
 
 _runtime._init_from_environment()
 
@@ -21,4 +25,7 @@ __all__ = [
     "fake_quant_with_min_max_vars", "fake_quant_with_min_max_vars_gradient",
     "fake_quant_with_min_max_vars_per_channel", "fake_quant_with_min_max_vars_per_channel_gradient",
     "FusedBatchNormV3", "FusedBatchNormGradV3", "fused_batch_norm", "fused_batch_norm_grad",
+    "Quantizer", "LastValueQuantizer", "MovingAverageQuantizer", "AllValuesQuantizer",
+    "FixedQuantizer", "NoQuantizer", "serialize", "deserialize", "register_quantizer", "to_json",
+    "from_json", "save_quantizer", "load_quantizer",
 ]

@@ -1,0 +1,525 @@
+"""Quantizer objects with tfmot 0.8.1's interface (build, __call__, get_config), running on fqcore's kernels.
+
+The objects follow numcodecs' Codec contract: arguments are validated in ``__init__`` (a constructed
+quantizer is always valid and its settings are read-only), ``get_config`` / ``from_config`` round-trip,
+``repr`` evaluates back to an equal object, and ``fqcore.serialization`` keeps the registry.
+
+State (the quantization range) lives in float32 numpy arrays held in the ``weights`` dict that
+``build`` returns; a training call updates them in place. A training call is two passes over the
+input: the fused batch min/max (``fqcore.observe.batch_range``) and one fake-quant pass.
+"""
+import abc
+import inspect
+import numbers
+from collections.abc import Mapping
+
+import numpy as np
+
+from . import ops
+from .observe import batch_range
+
+__all__ = ["Quantizer", "LastValueQuantizer", "MovingAverageQuantizer", "AllValuesQuantizer",
+           "FixedQuantizer", "NoQuantizer", "Constant"]
+
+_F32 = np.dtype(np.float32)
+_ZERO = np.float32(0.0)
+_EMA_DECAY = 0.999
+
+
+class Constant:
+    """A Keras-style initializer for ``layer.add_weight``: ``Constant(v)(shape, dtype)`` is a float32
+    array of ``shape`` filled with ``v``."""
+
+    def __init__(self, value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"value must be a real number, got {value!r}")
+        self.value = float(value)
+
+    def __call__(self, shape, dtype=None, **kwargs):
+        return np.full(shape, self.value, _F32)
+
+    def get_config(self):
+        return {"value": self.value}
+
+    def __eq__(self, other):
+        return type(other) is Constant and _same_float(self.value, other.value)
+
+    def __hash__(self):
+        return hash((Constant, self.value))
+
+    def __repr__(self):
+        return f"Constant({self.value!r})"
+
+
+def _same_float(a, b):
+    return a == b or (a != a and b != b)
+
+
+def _training(value):
+    return ops._flag(value, "training")
+
+
+def _tensor_shape(tensor_shape):
+    """`tensor_shape` as a tuple of ints and Nones (None: the shape is unknown)."""
+    if tensor_shape is None:
+        return None
+    if isinstance(tensor_shape, (str, bytes)) or not hasattr(tensor_shape, "__iter__"):
+        raise TypeError(f"tensor_shape must be a sequence of dimensions or None, got {tensor_shape!r}")
+    dims = []
+    for dim in tensor_shape:
+        dim = getattr(dim, "value", dim)  # TF1-style Dimension objects
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 0):
+            raise ValueError(f"tensor_shape must hold non-negative ints or None, got {tuple(tensor_shape)!r}")
+        dims.append(None if dim is None else int(dim))
+    return tuple(dims)
+
+
+def _name(name):
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {name!r}")
+    return name
+
+
+def _new_weight(layer, name, shape, value):
+    """A float32 state array: created here, or by `layer.add_weight` (which must return a float32
+    ndarray of `shape`, since the quantizer updates it in place)."""
+    if layer is None:
+        return np.full(shape, value, _F32)
+    add_weight = getattr(layer, "add_weight", None)
+    if add_weight is None:
+        raise TypeError(f"layer must be None or have an add_weight method, got {type(layer).__name__}")
+    weight = add_weight(name=name, shape=shape, dtype="float32", initializer=Constant(value), trainable=False)
+    if not isinstance(weight, np.ndarray) or weight.dtype != _F32 or weight.shape != shape:
+        raise TypeError(f"layer.add_weight({name!r}) must return a float32 numpy array of shape {shape}, "
+                        f"got {_describe(weight)}")
+    if not weight.flags.writeable:
+        raise ValueError(f"layer.add_weight({name!r}) returned a read-only array; the state is updated in place")
+    return weight
+
+
+def _describe(value):
+    if isinstance(value, np.ndarray):
+        return f"a {value.dtype} array of shape {value.shape}"
+    return type(value).__name__
+
+
+# tf.minimum / tf.maximum as TF's scalar kernel computes them: NaN propagates, and of two equal values
+# (+0.0 and -0.0) the first is kept. (TF's 8-lane packets keep the second, so for per-channel state
+# TF's sign of a zero depends on the channel's position; fqcore keeps the scalar rule everywhere.)
+# The array forms rely on batch_range's NaN rule (a NaN channel has NaN min and max) for NaN.
+
+
+def _scalar_min(a, b):
+    """tf.minimum(a, b) on numpy float32 scalars (comparisons never warn)."""
+    return b if (b < a or b != b) else a
+
+
+def _scalar_max(a, b):
+    return b if (b > a or b != b) else a
+
+
+# TF's CPU kernels run flush-to-zero and denormals-are-zero: a denormal result of the range
+# arithmetic is a zero of its sign, and a denormal state value counts as one.
+_TINY = np.float32(np.finfo(np.float32).tiny)
+
+
+def _ftz(v):
+    """A float32 scalar flushed: denormal -> zero of its sign."""
+    return v if (v >= _TINY or v <= -_TINY or v == 0 or v != v) else v * _ZERO
+
+
+def _ftz_array(v):
+    tiny = np.abs(v) < _TINY
+    return np.where(tiny, np.copysign(_ZERO, v), v) if tiny.any() else v
+
+
+# Below this magnitude, float32 values can be divided by a ratio in [0.5, 1] and subtracted from one
+# another without overflow, so per-tensor arithmetic skips np.errstate (a microsecond a call).
+_SAFE = 1e38
+
+
+def _safe(*values):
+    return all(-_SAFE < v < _SAFE for v in values)
+
+
+def _mirror(bmax, r):
+    """bmax / r (never denormal: |r| <= 1), per tensor."""
+    if _safe(bmax):
+        return bmax / r
+    with np.errstate(all="ignore"):
+        return bmax / r
+
+
+class Quantizer(abc.ABC):
+    """The interface of tfmot's Quantizer: build the state, fake-quantize, give the config.
+
+    Subclasses set their arguments in ``__init__`` (validating them) and return them from
+    ``get_config``; equality, ``repr`` and ``from_config`` are derived from the config. A subclass that
+    supports the backward pass overrides ``gradient``.
+    """
+
+    @abc.abstractmethod
+    def build(self, tensor_shape, name, layer):
+        """Creates the state for a tensor of `tensor_shape`; returns the weights dict for ``__call__``."""
+
+    @abc.abstractmethod
+    def __call__(self, inputs, training, weights, **kwargs):
+        """Fake-quantizes `inputs`; a training call may update the state in `weights` first."""
+
+    @abc.abstractmethod
+    def get_config(self):
+        """The constructor arguments as a dict of JSON-safe Python values."""
+
+    def gradient(self, gradients, inputs, weights, **kwargs):
+        """The backward pass of ``__call__`` for upstream `gradients` (fqcore addition)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement gradient()")
+
+    @classmethod
+    def from_config(cls, config):
+        """``cls(**config)``; an unknown or missing key raises TypeError naming it."""
+        if not isinstance(config, Mapping):
+            raise TypeError(f"{cls.__name__} config must be a dict, got {type(config).__name__}")
+        _check_keys(cls, config)
+        return cls(**config)
+
+    def __eq__(self, other):
+        """Equal when of the same class with equal configs: different classes are never equal."""
+        if self is other:
+            return True
+        if type(other) is not type(self):
+            return False
+        return self.get_config() == other.get_config()
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __hash__(self):
+        return hash((type(self), tuple(sorted(self.get_config().items()))))
+
+    def __repr__(self):
+        args = ", ".join(f"{key}={value!r}" for key, value in self.get_config().items())
+        return f"{type(self).__name__}({args})"
+
+
+def _check_keys(cls, config):
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # a signature Python cannot read: let the call decide
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    known = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [key for key in config if key not in known]
+    if unknown:
+        raise TypeError(f"{cls.__name__} config has unknown key {unknown[0]!r} "
+                        f"(accepted keys: {', '.join(known) or 'none'})")
+    missing = [p.name for p in params if p.name in known and p.default is p.empty and p.name not in config]
+    if missing:
+        raise TypeError(f"{cls.__name__} config is missing key {missing[0]!r}")
+
+
+class _RangeQuantizer(Quantizer):
+    """What LastValue, MovingAverage and AllValues share: the four arguments, the range state, the
+    observed range (symmetric or containing zero), and the fake-quant call on the state."""
+
+    _per_axis_state = True     # False: the state is one range whatever per_axis says (AllValues)
+    _initial_range = (-6.0, 6.0)
+
+    def __init__(self, num_bits, per_axis, symmetric, narrow_range):
+        self._num_bits = ops._num_bits(num_bits)
+        self._per_axis = ops._flag(per_axis, "per_axis")
+        self._symmetric = ops._flag(symmetric, "symmetric")
+        self._narrow_range = ops._flag(narrow_range, "narrow_range")
+        # tfmot's min_max_ratio: 1 - 2**(1 - num_bits) is exact in float32 for 2..16 bits.
+        self._ratio = np.float32(-1.0 if self._narrow_range
+                                 else -((1 << self._num_bits) - 2) / (1 << self._num_bits))
+        self._channels = self._per_axis and self._per_axis_state
+
+    num_bits = property(lambda self: self._num_bits, doc="bits of the quantized grid, 2..16")
+    per_axis = property(lambda self: self._per_axis, doc="one range per channel of the last axis")
+    symmetric = property(lambda self: self._symmetric, doc="ranges symmetric about zero")
+    narrow_range = property(lambda self: self._narrow_range, doc="grid [1, 2**num_bits - 1], not [0, ...]")
+
+    def get_config(self):
+        return {"num_bits": self._num_bits, "per_axis": self._per_axis, "symmetric": self._symmetric,
+                "narrow_range": self._narrow_range}
+
+    def build(self, tensor_shape, name, layer):
+        """``{'min_var', 'max_var'}``: float32 state named ``<name>_min`` and ``<name>_max``, of shape
+        () or, per axis, (tensor_shape[-1],) (() too when that is unknown)."""
+        shape, name = _tensor_shape(tensor_shape), _name(name)
+        state_shape = ()
+        if self._channels and shape is not None:
+            if not shape:
+                raise ValueError(f"per_axis quantization needs a tensor of rank 1 or higher "
+                                 f"(the channels are the last axis), got tensor_shape {shape}")
+            if shape[-1] is not None:
+                state_shape = (shape[-1],)
+        lo, hi = self._initial_range
+        return {"min_var": _new_weight(layer, name + "_min", state_shape, lo),
+                "max_var": _new_weight(layer, name + "_max", state_shape, hi)}
+
+    def _state(self, weights, inputs, writeable):
+        """The validated (min, max) state arrays for `inputs`."""
+        if not isinstance(weights, Mapping):
+            raise TypeError(f"weights must be the dict that build() returned, got {type(weights).__name__}")
+        if self._channels:
+            if inputs.ndim == 0:
+                raise ValueError("per_axis quantization needs inputs of rank 1 or higher "
+                                 "(the channels are the last axis), got a rank-0 array")
+            expected = (inputs.shape[-1],)
+        else:
+            expected = ()
+        state = []
+        for key in ("min_var", "max_var"):
+            try:
+                value = weights[key]
+            except KeyError:
+                raise KeyError(f"weights has no {key!r}: pass the dict that build() returned") from None
+            if type(value) is not np.ndarray or value.dtype != _F32:
+                raise TypeError(f"weights[{key!r}] must be a float32 numpy array, got {_describe(value)}")
+            if value.shape != expected:
+                what = (f"one value per channel of the inputs' last axis, inputs shape {inputs.shape}"
+                        if self._channels else "a per-tensor range")
+                raise ValueError(f"weights[{key!r}] has shape {value.shape}, expected {expected} ({what})")
+            if writeable and not value.flags.writeable:
+                raise ValueError(f"weights[{key!r}] is read-only; a training call updates it in place")
+            state.append(value)
+        return state
+
+    def _observed_range(self, inputs):
+        """The batch's range: symmetric about zero, or widened to contain zero. Per tensor: numpy
+        float32 scalars; per axis: float32 arrays."""
+        bmin, bmax = batch_range(inputs, per_axis=self._channels)
+        r = self._ratio
+        if not self._channels:
+            bmin, bmax = bmin[()], bmax[()]
+            if self._symmetric:
+                return _scalar_min(bmin, _mirror(bmax, r)), _scalar_max(bmax, _ftz(bmin * r))
+            return _scalar_min(bmin, _ZERO), _scalar_max(bmax, _ZERO)
+        if not self._symmetric:
+            return np.where(bmin > _ZERO, _ZERO, bmin), np.where(bmax < _ZERO, _ZERO, bmax)
+        with np.errstate(all="ignore"):
+            mirrored, scaled = bmax / r, bmin * r
+        if r != -1:  # a wide ratio can take a float32 just above FLT_MIN below it
+            scaled = _ftz_array(scaled)
+        return np.where(mirrored < bmin, mirrored, bmin), np.where(scaled > bmax, scaled, bmax)
+
+    def __call__(self, inputs, training, weights, out=None, **kwargs):
+        """Fake-quantized `inputs`. Training: observe the batch range, update the state in place, then
+        quantize with the updated state; inference: quantize with the state as it is. ``out`` is an
+        optional float32 result buffer of the inputs' shape (it may be `inputs` itself); other keyword
+        arguments are accepted, as tfmot's interface passes them, and ignored."""
+        inputs = ops._array(inputs, "inputs")
+        training = _training(training)
+        lo, hi = self._state(weights, inputs, training)
+        if training:
+            self._update(lo, hi, inputs)
+        if self._channels:
+            return ops.fake_quant_with_min_max_vars_per_channel(
+                inputs, lo, hi, self._num_bits, self._narrow_range, out=out)
+        return ops.fake_quant_with_min_max_vars(inputs, lo, hi, self._num_bits, self._narrow_range, out=out)
+
+    def gradient(self, gradients, inputs, weights, out=None, **kwargs):
+        """The fake-quant gradient op's named tuple (backprops_wrt_input, backprop_wrt_min,
+        backprop_wrt_max) at the state in `weights`: after a training call, the state that call
+        quantized with. Per channel when per_axis."""
+        gradients, inputs = ops._gradient_inputs(gradients, inputs)
+        lo, hi = self._state(weights, inputs, False)
+        if self._channels:
+            return ops.fake_quant_with_min_max_vars_per_channel_gradient(
+                gradients, inputs, lo, hi, self._num_bits, self._narrow_range, out=out)
+        return ops.fake_quant_with_min_max_vars_gradient(
+            gradients, inputs, lo, hi, self._num_bits, self._narrow_range, out=out)
+
+    @abc.abstractmethod
+    def _update(self, lo, hi, inputs):
+        """Updates the state arrays in place from a training batch."""
+
+
+class LastValueQuantizer(_RangeQuantizer):
+    """tfmot's LastValueQuantizer: the range of the last training batch.
+
+    per_axis: one range per channel of the last axis. tfmot handles ranks 1 (element-wise), 2 and 4;
+    fqcore reduces every leading axis for any rank >= 2.
+    """
+
+    def __init__(self, num_bits, per_axis, symmetric, narrow_range):
+        super().__init__(num_bits, per_axis, symmetric, narrow_range)
+
+    def _update(self, lo, hi, inputs):
+        range_min, range_max = self._observed_range(inputs)
+        lo[...] = range_min
+        hi[...] = range_max
+
+
+class MovingAverageQuantizer(_RangeQuantizer):
+    """tfmot's MovingAverageQuantizer: an exponential moving average of the batch ranges, starting
+    from [-6, 6] with no zero-debiasing: v = v - (v - range) * (1 - ema_decay) in float32.
+
+    per_axis: tfmot's build ignores it (its per_axis=True then fails); fqcore keeps one moving
+    average per channel of the last axis (an extension). ``ema_decay`` (fqcore; tfmot fixes 0.999)
+    appears in the config only when it is not 0.999, so tfmot configs round-trip unchanged.
+    """
+
+    def __init__(self, num_bits, per_axis, symmetric, narrow_range, ema_decay=_EMA_DECAY):
+        super().__init__(num_bits, per_axis, symmetric, narrow_range)
+        if isinstance(ema_decay, bool) or not isinstance(ema_decay, numbers.Real):
+            raise TypeError(f"ema_decay must be a float, got {ema_decay!r}")
+        ema_decay = float(ema_decay)
+        if not 0.0 <= ema_decay <= 1.0:
+            raise ValueError(f"ema_decay must be between 0 and 1, inclusive, got {ema_decay!r}")
+        self._ema_decay = ema_decay
+        # tf.__internal__.train.assign_moving_average: 1 - decay in double, then cast to float32.
+        self._rate = np.float32(1.0 - ema_decay)
+
+    ema_decay = property(lambda self: self._ema_decay, doc="the moving average's decay (tfmot: 0.999)")
+
+    def get_config(self):
+        config = super().get_config()
+        if self._ema_decay != _EMA_DECAY:
+            config["ema_decay"] = self._ema_decay
+        return config
+
+    def _update(self, lo, hi, inputs):
+        range_min, range_max = self._observed_range(inputs)
+        rate = self._rate
+        if not self._channels:
+            v_min, v_max = _ftz(lo[()]), _ftz(hi[()])
+            # |v| < 1e38 and |range| < 2e38 (a ratio >= 0.5 from |batch| < 1e38): no overflow.
+            if _safe(v_min, v_max, range_min / 2, range_max / 2):
+                lo[...] = _ftz(v_min - _ftz(_ftz(v_min - range_min) * rate))
+                hi[...] = _ftz(v_max - _ftz(_ftz(v_max - range_max) * rate))
+                return
+        with np.errstate(all="ignore"):
+            # Per axis (or out-of-range per-tensor values): both bounds side by side, half the
+            # numpy calls (their per-call cost is what matters at this size).
+            v = np.concatenate((lo.reshape(-1), hi.reshape(-1)))
+            target = np.concatenate((np.reshape(range_min, -1), np.reshape(range_max, -1)))
+            diff = v - target
+            step = diff * rate
+            result = v - step
+            magnitude = np.abs(np.concatenate((v, diff, step, result)))
+            if ((magnitude < _TINY) & (magnitude > 0)).any():  # rare: redo with every step flushed
+                v = _ftz_array(v)
+                result = _ftz_array(v - _ftz_array(_ftz_array(v - target) * rate))
+        c = lo.size
+        lo[...] = result[:c].reshape(lo.shape)
+        hi[...] = result[c:].reshape(hi.shape)
+
+
+class AllValuesQuantizer(_RangeQuantizer):
+    """tfmot's AllValuesQuantizer: the range of every training batch so far, starting from [0, 0]
+    (inference before any training step gives zeros). Always one range for the tensor: tfmot
+    ignores per_axis, and so does fqcore (the config still reports it)."""
+
+    _per_axis_state = False
+    _initial_range = (0.0, 0.0)
+
+    def __init__(self, num_bits, per_axis, symmetric, narrow_range):
+        super().__init__(num_bits, per_axis, symmetric, narrow_range)
+
+    def _update(self, lo, hi, inputs):
+        bmin, bmax = batch_range(inputs, per_axis=False)
+        bmin, bmax = bmin[()], bmax[()]
+        if self._symmetric:
+            # tfmot's order: the maximum mirrors the widened minimum, not the batch's (the spec's
+            # range rule mirrors the batch's; r * (max / r) can round above max).
+            r = self._ratio
+            bmin = _scalar_min(bmin, _mirror(bmax, r))
+            bmax = _scalar_max(bmax, _ftz(bmin * r))
+        lo[...] = _scalar_min(_scalar_min(_ftz(lo[()]), bmin), _ZERO)
+        hi[...] = _scalar_max(_scalar_max(_ftz(hi[()]), bmax), _ZERO)
+
+
+def _bound(value, name):
+    """A FixedQuantizer bound: a Python int stays an int (configs keep their JSON text); any other
+    real becomes a Python float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return float(value)
+
+
+class FixedQuantizer(Quantizer):
+    """tfmot's FixedQuantizer: FakeQuantWithMinMaxArgs on the fixed range [init_min, init_max]; no state.
+
+    Like tfmot 0.8.1, the quantization always uses 8 bits: tfmot's FixedQuantize passes no num_bits
+    to the op, whose default is 8. num_bits is validated and kept in the config only.
+    """
+
+    _OP_NUM_BITS = 8
+
+    def __init__(self, num_bits, init_min, init_max, narrow_range):
+        self._num_bits = ops._num_bits(num_bits)
+        self._init_min = _bound(init_min, "init_min")
+        self._init_max = _bound(init_max, "init_max")
+        self._narrow_range = ops._flag(narrow_range, "narrow_range")
+        with np.errstate(over="ignore"):
+            lo = ops._flush(float(np.float32(self._init_min)))
+            hi = ops._flush(float(np.float32(self._init_max)))
+        if not lo < hi:
+            raise ValueError(f"init_min must be smaller than init_max (as float32), got init_min="
+                             f"{self._init_min!r}, init_max={self._init_max!r}")
+
+    num_bits = property(lambda self: self._num_bits, doc="kept for the config; the op uses 8 bits")
+    init_min = property(lambda self: self._init_min, doc="the range's lower end")
+    init_max = property(lambda self: self._init_max, doc="the range's upper end")
+    narrow_range = property(lambda self: self._narrow_range, doc="grid [1, 255], not [0, 255]")
+
+    def get_config(self):
+        return {"num_bits": self._num_bits, "init_min": self._init_min, "init_max": self._init_max,
+                "narrow_range": self._narrow_range}
+
+    def build(self, tensor_shape, name, layer):
+        """No state: an empty weights dict."""
+        _tensor_shape(tensor_shape)
+        _name(name)
+        return {}
+
+    def __call__(self, inputs, training, weights, out=None, **kwargs):
+        """Fake-quantized `inputs` on the fixed range (training and inference alike)."""
+        _training(training)
+        return ops.fake_quant_with_min_max_args(inputs, self._init_min, self._init_max, self._OP_NUM_BITS,
+                                                self._narrow_range, out=out)
+
+    def gradient(self, gradients, inputs, weights, out=None, **kwargs):
+        """FakeQuantWithMinMaxArgsGradient's output (an array: the range is not a variable)."""
+        return ops.fake_quant_with_min_max_args_gradient(gradients, inputs, self._init_min, self._init_max,
+                                                         self._OP_NUM_BITS, self._narrow_range, out=out)
+
+
+class NoQuantizer(Quantizer):
+    """tfmot's NoQuantizer: the identity, no state."""
+
+    def __init__(self):
+        pass
+
+    def get_config(self):
+        return {}
+
+    def build(self, tensor_shape, name, layer):
+        """No state: an empty weights dict."""
+        _tensor_shape(tensor_shape)
+        _name(name)
+        return {}
+
+    def __call__(self, inputs, training, weights, out=None, **kwargs):
+        """`inputs` itself, as tfmot returns it (copied into `out` when one is given)."""
+        _training(training)
+        return _identity(inputs, out)
+
+    def gradient(self, gradients, inputs, weights, out=None, **kwargs):
+        """`gradients` itself (copied into `out` when one is given)."""
+        return _identity(gradients, out)
+
+
+def _identity(value, out):
+    if out is None:
+        return value
+    value = ops._array(value, "inputs")
+    result, _ = ops._output(out, value.shape, ())
+    if result is not value:
+        np.copyto(result, value)
+    return result

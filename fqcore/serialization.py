@@ -1,0 +1,242 @@
+"""Quantizer configs in and out: the registry, Keras-2 dicts, JSON text, and files holding config and state.
+
+``serialize`` writes the ``{'class_name': ..., 'config': ...}`` dict that tfmot's (legacy)
+serialize_keras_object produces; ``deserialize`` also reads tf_keras 2.21's shape, which adds
+``module`` and ``registered_name``. ``save_quantizer`` / ``load_quantizer`` keep a quantizer's config
+together with its state arrays, bit for bit, in an .npz or .json file written atomically.
+"""
+import json
+import os
+import uuid
+from collections.abc import Mapping
+
+import numpy as np
+
+from .quantizers import (AllValuesQuantizer, FixedQuantizer, LastValueQuantizer,
+                         MovingAverageQuantizer, NoQuantizer, Quantizer)
+
+__all__ = ["register_quantizer", "registered_quantizers", "serialize", "deserialize", "to_json",
+           "from_json", "save_quantizer", "load_quantizer"]
+
+_REGISTRY = {}
+_DICT_KEYS = ("class_name", "config")
+_OPTIONAL_DICT_KEYS = ("module", "registered_name")
+FILE_FORMAT = "fqcore-quantizer"
+FILE_VERSION = 1
+
+
+def register_quantizer(cls=None, *, name=None, override=False):
+    """Adds a Quantizer subclass to the registry under `name` (default: the class name), so that
+    ``deserialize`` finds it. Use as ``@register_quantizer`` or ``@register_quantizer(name=...)``.
+    A name already taken by another class raises ValueError unless ``override=True``."""
+    if name is not None and not (isinstance(name, str) and name):
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+
+    def register(klass):
+        if not (isinstance(klass, type) and issubclass(klass, Quantizer)):
+            raise TypeError(f"register_quantizer takes a Quantizer subclass, got {klass!r}")
+        key = klass.__name__ if name is None else name
+        existing = _REGISTRY.get(key)
+        if existing is not None and existing is not klass and not override:
+            raise ValueError(f"quantizer name {key!r} is already registered to "
+                             f"{existing.__module__}.{existing.__qualname__}; pass override=True to replace it")
+        _REGISTRY[key] = klass
+        return klass
+
+    return register if cls is None else register(cls)
+
+
+def registered_quantizers():
+    """A copy of the registry: {name: class}."""
+    return dict(_REGISTRY)
+
+
+def _registered_name(cls):
+    """The name `cls` is registered under; the class name first, as tfmot writes it."""
+    if _REGISTRY.get(cls.__name__) is cls:
+        return cls.__name__
+    for key, klass in _REGISTRY.items():
+        if klass is cls:
+            return key
+    raise ValueError(f"{cls.__qualname__} is not registered: decorate it with "
+                     f"fqcore.register_quantizer so that it can be deserialized")
+
+
+def serialize(quantizer):
+    """``{'class_name': <registered name>, 'config': quantizer.get_config()}`` (Keras-2 format)."""
+    if not isinstance(quantizer, Quantizer):
+        raise TypeError(f"serialize takes a Quantizer, got {type(quantizer).__name__}")
+    return {"class_name": _registered_name(type(quantizer)), "config": quantizer.get_config()}
+
+
+def deserialize(config):
+    """The quantizer a serialized dict describes: ``{'class_name', 'config'}``, optionally with
+    tf_keras's ``module`` and ``registered_name`` (a registered_name in the registry wins over the
+    class name). An unknown class raises ValueError listing the registered names."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"deserialize takes a dict with 'class_name' and 'config', got {type(config).__name__}")
+    missing = [key for key in _DICT_KEYS if key not in config]
+    if missing:
+        raise ValueError(f"serialized quantizer has no {missing[0]!r} key (got keys {sorted(config)})")
+    unknown = sorted(key for key in config if key not in _DICT_KEYS + _OPTIONAL_DICT_KEYS)
+    if unknown:
+        raise ValueError(f"serialized quantizer has unknown key {unknown[0]!r} "
+                         f"(accepted: {', '.join(_DICT_KEYS + _OPTIONAL_DICT_KEYS)})")
+    class_name, registered = config["class_name"], config.get("registered_name")
+    if not isinstance(class_name, str):
+        raise TypeError(f"class_name must be a str, got {class_name!r}")
+    cls = _REGISTRY.get(registered) if isinstance(registered, str) else None
+    if cls is None:
+        cls = _REGISTRY.get(class_name)
+    if cls is None:
+        raise ValueError(f"unknown quantizer class {class_name!r}; known: {', '.join(sorted(_REGISTRY))} "
+                         f"(register others with fqcore.register_quantizer)")
+    return cls.from_config(config["config"])
+
+
+def to_json(quantizer, **kwargs):
+    """``serialize(quantizer)`` as JSON text; keyword arguments go to json.dumps."""
+    return json.dumps(serialize(quantizer), allow_nan=False, **kwargs)
+
+
+def from_json(text):
+    """The quantizer that JSON text from ``to_json`` (or tfmot) describes."""
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise TypeError(f"from_json takes JSON text, got {type(text).__name__}")
+    return deserialize(json.loads(text))
+
+
+# --- Files: config and state together
+
+
+def _weights(weights):
+    """`weights` checked: a dict of str -> float32 ndarray (None: no state)."""
+    if weights is None:
+        return {}
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"weights must be a dict of float32 arrays, got {type(weights).__name__}")
+    checked = {}
+    for key, value in weights.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"weights keys must be non-empty str, got {key!r}")
+        if not isinstance(value, np.ndarray) or value.dtype != np.float32:
+            shown = f"dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
+            raise TypeError(f"weights[{key!r}] must be a float32 numpy array, got {shown}")
+        checked[key] = value
+    return checked
+
+
+def _format_of(path, format):
+    if format is None:
+        suffix = os.path.splitext(os.fspath(path))[1].lower()
+        format = {".npz": "npz", ".json": "json"}.get(suffix)
+        if format is None:
+            raise ValueError(f"cannot tell the file format from {os.fspath(path)!r}: "
+                             f"use a .npz or .json name, or pass format='npz' or 'json'")
+    if format not in ("npz", "json"):
+        raise ValueError(f"format must be 'npz' or 'json', got {format!r}")
+    return format
+
+
+def save_quantizer(path, quantizer, weights=None, format=None):
+    """Writes `quantizer`'s config and its state `weights` (the dict build() returned; None for
+    none) to `path`, atomically: a temporary file in the same directory, fsync, then os.replace, so
+    readers see the old file or the new one, never a partial one. The format is ``format`` or the
+    suffix: .npz (numpy archive) or .json (float32 values as uint32 bit patterns). Both round-trip
+    exactly, NaN payloads and -0.0 included."""
+    format = _format_of(path, format)
+    header = {"format": FILE_FORMAT, "version": FILE_VERSION, "quantizer": serialize(quantizer)}
+    weights = _weights(weights)
+    if format == "json":
+        header["weights"] = {
+            key: {"shape": list(value.shape),
+                  "bits": [int(b) for b in np.ascontiguousarray(value).reshape(-1).view(np.uint32)]}
+            for key, value in weights.items()}
+        payload = (json.dumps(header, allow_nan=False, indent=1) + "\n").encode("utf-8")
+        _write_atomically(path, lambda f: f.write(payload))
+    else:
+        arrays = {"header": np.array(json.dumps(header, allow_nan=False))}
+        arrays.update({"weight/" + key: value for key, value in weights.items()})
+        _write_atomically(path, lambda f: np.savez(f, **arrays))
+
+
+def _write_atomically(path, write):
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    # O_EXCL on a fresh name; mode 0o666 lets the umask decide the permissions, as open() would.
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory):
+    """Makes the rename durable (POSIX); where directories cannot be opened (Windows) there is nothing to do."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load_quantizer(path):
+    """``(quantizer, weights)`` from a file ``save_quantizer`` wrote (either format, found from the
+    content): the quantizer deserialized, the state as new float32 arrays with the saved bits."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        start = f.read(4)
+    if start.startswith(b"PK"):
+        with np.load(path, allow_pickle=False) as npz:
+            files = list(npz.files)
+            if "header" not in files:
+                raise ValueError(f"{path!r} is not an fqcore quantizer file (no header)")
+            header = _header(json.loads(str(npz["header"])), path)
+            weights = {}
+            for key in files:
+                if key.startswith("weight/"):
+                    value = npz[key]
+                    if value.dtype != np.float32:
+                        raise ValueError(f"{path!r}: weight {key[7:]!r} has dtype {value.dtype}, expected float32")
+                    weights[key[7:]] = value
+                elif key != "header":
+                    raise ValueError(f"{path!r}: unexpected entry {key!r}")
+    else:
+        with open(path, "rb") as f:
+            header = _header(json.loads(f.read().decode("utf-8")), path)
+        weights = {}
+        for key, entry in header.get("weights", {}).items():
+            shape = tuple(entry["shape"])
+            bits = np.array(entry["bits"], dtype=np.uint32)
+            if bits.size != int(np.prod(shape, dtype=np.int64)):
+                raise ValueError(f"{path!r}: weight {key!r} has {bits.size} values for shape {shape}")
+            weights[key] = bits.view(np.float32).reshape(shape)
+    return deserialize(header["quantizer"]), weights
+
+
+def _header(header, path):
+    if not isinstance(header, dict) or header.get("format") != FILE_FORMAT:
+        raise ValueError(f"{path!r} is not an fqcore quantizer file")
+    if header.get("version") != FILE_VERSION:
+        raise ValueError(f"{path!r} has format version {header.get('version')!r}; this fqcore reads {FILE_VERSION}")
+    return header
+
+
+for _cls in (LastValueQuantizer, MovingAverageQuantizer, AllValuesQuantizer, FixedQuantizer, NoQuantizer):
+    register_quantizer(_cls)
+del _cls
