@@ -1,4 +1,4 @@
-"""Writes the TensorFlow golden data in tests/data/ (needs TF 2.21 on the CPU: `pip install tensorflow-cpu==2.21.*`, then `python tools/gen_golden.py [--family fq|bn|all]`)."""
+"""Writes the TensorFlow golden data in tests/data/ (needs TF 2.21 on the CPU: `pip install tensorflow-cpu==2.21.*`, for the quantizers also `tensorflow-model-optimization==0.8.1 tf-keras==2.21.*`; then `python tools/gen_golden.py [--family fq|bn|quantizers|all]`)."""
 
 import argparse
 import hashlib
@@ -13,6 +13,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Batch norm's reference is TF's Eigen kernel (gen_golden_bn.py); fake quant has no oneDNN kernel,
 # so this changes nothing for it. It must be set before TensorFlow is imported.
 os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+# tfmot 0.8.1 (the quantizers family) needs Keras 2, chosen before TensorFlow is imported; the raw ops
+# of the other families do not use Keras.
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -394,8 +397,9 @@ def record(family, c, problems):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", choices=("fq", "bn", "all"), default="all",
-                        help="fake quant (cases_*, bulk_*), batch norm (bn_*), or both")
+    parser.add_argument("--family", choices=("fq", "bn", "quantizers", "all"), default="all",
+                        help="fake quant (cases_*, bulk_*), batch norm (bn_*), tfmot quantizers "
+                             "(quantizers_*), or all three")
     family = parser.parse_args().family
     if family in ("fq", "all"):
         main_fake_quant()
@@ -403,6 +407,10 @@ def main():
         import gen_golden_bn
 
         gen_golden_bn.main()
+    if family in ("quantizers", "all"):
+        import gen_golden_quantizers
+
+        gen_golden_quantizers.main()
 
 
 def main_fake_quant():
