@@ -1,5 +1,6 @@
 /* Public range-observer entry point: validation, the walk (flat or by rows) split over threads, and
    each channel's min and max from the exact extremes the kernels keep. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +17,7 @@
 /* Rows of a thread's share come in multiples of this (the SIMD kernels take 4 rows a step). */
 #define FQ_RANGE_ROW_ALIGN ((size_t)4)
 /* Accumulator positions kept on the stack (per extreme): enough for the flat walk on a few
-   threads, so the common call allocates nothing. */
+   threads, so a per-tensor call allocates nothing. */
 #define FQ_RANGE_STACK_POSITIONS ((size_t)512)
 
 #define FQ_SIGN_BIT 0x80000000u
@@ -72,32 +73,45 @@ static void finish(uint32_t max_u, uint32_t min_u, int32_t max_s, float *min, fl
     *max = from_bits(flush_bits(highest));
 }
 
-/* `sets` accumulator sets of `positions` positions each, on the stack when they fit. */
+/* `sets` accumulator sets of `positions` positions each. The flat walk's few fit on the stack. The
+   rows walk stores to its accumulators between loads of x, and a load from an address 4 KiB apart
+   from a pending store waits for it (4K aliasing): with 128 channels, rows 512 bytes apart, a
+   position table at the same offset in a 512-byte block as x made every row wait (Zen 4: 1.6x
+   slower). So its sets start FQ_RANGE_ACC_SKEW bytes past x modulo 4 KiB, each array 4 * period bytes
+   after the previous (as rows are), and sets whole pages apart. */
+#define FQ_RANGE_ACC_SKEW ((uintptr_t)2048 + 128)
+#define FQ_RANGE_PAGE ((size_t)4096)
+
 typedef struct {
-    uint32_t stack_u[2 * FQ_RANGE_STACK_POSITIONS];
-    int32_t stack_s[FQ_RANGE_STACK_POSITIONS];
-    uint32_t *heap;
-    fq_range_acc all;
-    size_t positions;
+    unsigned char stack[3 * FQ_RANGE_STACK_POSITIONS * sizeof(uint32_t)];
+    void *heap;
+    unsigned char *base;
+    size_t positions, set_bytes;
 } acc_sets;
 
-static fq_status acc_sets_init(acc_sets *s, size_t sets, size_t positions) {
-    const size_t total = sets * positions;
+static fq_status acc_sets_init(acc_sets *s, size_t sets, size_t positions, const float *skew_from) {
     s->heap = NULL;
     s->positions = positions;
-    if (total <= FQ_RANGE_STACK_POSITIONS) {
-        s->all = (fq_range_acc){s->stack_u, s->stack_u + total, s->stack_s};
+    s->set_bytes = 3 * positions * sizeof(uint32_t);
+    if (skew_from == NULL && sets * positions <= FQ_RANGE_STACK_POSITIONS) {
+        s->base = s->stack;
         return FQ_OK;
     }
-    s->heap = malloc(3 * total * sizeof(uint32_t));
+    if (skew_from != NULL) s->set_bytes = ceil_div(s->set_bytes, FQ_RANGE_PAGE) * FQ_RANGE_PAGE;
+    s->heap = malloc(sets * s->set_bytes + FQ_RANGE_PAGE);
     if (s->heap == NULL) return FQ_ERR_NO_MEMORY;
-    s->all = (fq_range_acc){s->heap, s->heap + total, (int32_t *)(s->heap + 2 * total)};
+    const uintptr_t raw = (uintptr_t)s->heap;
+    uintptr_t skew = 0;
+    if (skew_from != NULL)
+        skew = ((uintptr_t)skew_from + FQ_RANGE_ACC_SKEW - raw) % FQ_RANGE_PAGE / sizeof(uint32_t) *
+               sizeof(uint32_t);
+    s->base = (unsigned char *)s->heap + skew;
     return FQ_OK;
 }
 
 static fq_range_acc acc_set(const acc_sets *s, size_t set) {
-    const size_t o = set * s->positions;
-    return (fq_range_acc){s->all.max_u + o, s->all.min_u + o, s->all.max_s + o};
+    uint32_t *u = (uint32_t *)(s->base + set * s->set_bytes);
+    return (fq_range_acc){u, u + s->positions, (int32_t *)(u + 2 * s->positions)};
 }
 
 static void acc_start(fq_range_acc acc, size_t p0, size_t p1) {
@@ -151,7 +165,7 @@ static fq_status range_flat(const fq_range_kernels *k, const float *x, size_t n,
     const size_t chunk = ceil_div(ceil_div(n, (size_t)threads), FQ_RANGE_FLAT_ALIGN) * FQ_RANGE_FLAT_ALIGN;
     const size_t items = ceil_div(n, chunk);
     acc_sets sets;
-    const fq_status status = acc_sets_init(&sets, items, k->flat_block);
+    const fq_status status = acc_sets_init(&sets, items, k->flat_block, NULL);
     if (status != FQ_OK) return status;
     flat_job job = {k, x, n, chunk, &sets};
     fq_parallel_for(threads, items, flat_item, &job);
@@ -211,7 +225,7 @@ static fq_status range_rows(const fq_range_kernels *k, const float *x, size_t n,
         job.col_chunks = ceil_div(period, job.col_chunk);
     }
     acc_sets sets;
-    const fq_status status = acc_sets_init(&sets, row_items, period);
+    const fq_status status = acc_sets_init(&sets, row_items, period, x);
     if (status != FQ_OK) return status;
     job.sets = &sets;
     if (rows > 0) {

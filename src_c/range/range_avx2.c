@@ -13,6 +13,7 @@
 typedef __m256i rg_v;
 
 static inline rg_v rg_load(const float *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline rg_v rg_set1(uint32_t v) { return _mm256_set1_epi32((int)v); }
 static inline rg_v rg_load_u(const uint32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 static inline void rg_store_u(uint32_t *p, rg_v v) { _mm256_storeu_si256((__m256i *)p, v); }
 static inline rg_v rg_max_u(rg_v a, rg_v b) { return _mm256_max_epu32(a, b); }

@@ -13,6 +13,7 @@
 typedef __m512i rg_v;
 
 static inline rg_v rg_load(const float *p) { return _mm512_loadu_si512((const void *)p); }
+static inline rg_v rg_set1(uint32_t v) { return _mm512_set1_epi32((int)v); }
 static inline rg_v rg_load_u(const uint32_t *p) { return _mm512_loadu_si512((const void *)p); }
 static inline void rg_store_u(uint32_t *p, rg_v v) { _mm512_storeu_si512((void *)p, v); }
 static inline rg_v rg_max_u(rg_v a, rg_v b) { return _mm512_max_epu32(a, b); }

@@ -32,13 +32,18 @@ static inline uint32_t fq_range_bits(float x) {
     return bits;
 }
 
-/* Element x into position p: the scalar kernel, and the tails of the SIMD kernels. */
+/* Extremes of more elements into position p. */
+static inline void fq_range_merge(fq_range_acc acc, size_t p, uint32_t max_u, uint32_t min_u,
+                                  int32_t max_s) {
+    if (max_u > acc.max_u[p]) acc.max_u[p] = max_u;
+    if (min_u < acc.min_u[p]) acc.min_u[p] = min_u;
+    if (max_s > acc.max_s[p]) acc.max_s[p] = max_s;
+}
+
+/* Element x into position p: the scalar kernel, and the heads and tails of the SIMD kernels. */
 static inline void fq_range_fold_one(fq_range_acc acc, size_t p, float x) {
-    const uint32_t u = fq_range_bits(x);
-    const int32_t s = (int32_t)u;
-    if (u > acc.max_u[p]) acc.max_u[p] = u;
-    if (u < acc.min_u[p]) acc.min_u[p] = u;
-    if (s > acc.max_s[p]) acc.max_s[p] = s;
+    const uint32_t bits = fq_range_bits(x);
+    fq_range_merge(acc, p, bits, bits, (int32_t)bits);
 }
 
 /* One ISA's kernels. Inputs are valid (checked by the entry point); the accumulators hold running

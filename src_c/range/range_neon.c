@@ -13,6 +13,7 @@
 typedef uint32x4_t rg_v;
 
 static inline rg_v rg_load(const float *p) { return vreinterpretq_u32_f32(vld1q_f32(p)); }
+static inline rg_v rg_set1(uint32_t v) { return vdupq_n_u32(v); }
 static inline rg_v rg_load_u(const uint32_t *p) { return vld1q_u32(p); }
 static inline void rg_store_u(uint32_t *p, rg_v v) { vst1q_u32(p, v); }
 static inline rg_v rg_max_u(rg_v a, rg_v b) { return vmaxq_u32(a, b); }

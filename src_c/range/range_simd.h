@@ -7,6 +7,7 @@
                           at most)
      rg_v                 a vector of RG_W uint32 lanes
      rg_load              RG_W floats -> their bit patterns; rg_load_u / rg_store_u: uint32 arrays
+     rg_set1              a uint32 in every lane
      rg_max_u, rg_min_u   lane-wise unsigned max / min; rg_max_s: signed max
      rg_prefetch_l1 / _l2 a read prefetch of one cache line into L1 / L2 (a macro: GCC 12 judges a
                           function around __builtin_prefetch const and deletes its calls); it
@@ -14,6 +15,8 @@
 
    Integer max / min are exact, so the lanes may see the elements in any order: the results equal
    range_scalar.c's bit for bit. */
+#include <stdint.h>
+
 #include "range_kernels.h"
 
 #define RG_INLINE static inline __attribute__((always_inline))
@@ -62,80 +65,143 @@ RG_INLINE void rg_store_acc(fq_range_acc acc, size_t p, rg_acc a) {
     rg_store_u((uint32_t *)acc.max_s + p, a.max_s);
 }
 
+/* Vectors load from multiples of their size, so that none is split over two cache lines: a split
+   load costs (Zen 4, in cache, numpy's 16-byte aligned arrays) AVX-512 a third of its speed. */
+#define RG_VECTOR_BYTES ((uintptr_t)RG_W * sizeof(float))
+
+/* Elements from x to the next vector boundary, fewer than RG_W (0 when x is not float-aligned). */
+RG_INLINE size_t rg_head(const float *x) {
+    if ((uintptr_t)x % sizeof(float) != 0) return 0;
+    return (size_t)((RG_VECTOR_BYTES - (uintptr_t)x % RG_VECTOR_BYTES) % RG_VECTOR_BYTES / sizeof(float));
+}
+
 static void RG_NAME(flat)(const float *x, size_t n, fq_range_acc acc) {
-    /* Separate arrays, loops unrolled before GCC decides what lives in memory: this way GCC 12
-       keeps every accumulator in a register. */
-    rg_v max_u[RG_FLAT_VECTORS], min_u[RG_FLAT_VECTORS], max_s[RG_FLAT_VECTORS];
-    RG_UNROLL
-    for (int k = 0; k < RG_FLAT_VECTORS; ++k) {
-        max_u[k] = rg_load_u(acc.max_u + k * RG_W);
-        min_u[k] = rg_load_u(acc.min_u + k * RG_W);
-        max_s[k] = rg_load_u((const uint32_t *)acc.max_s + k * RG_W);
-    }
-    size_t i = 0;
-    for (; i + RG_FLAT_BLOCK <= n; i += RG_FLAT_BLOCK) {
+    size_t head = rg_head(x), i = 0;
+    if (head > n) head = n;
+    for (; i < head; ++i) fq_range_fold_one(acc, i % RG_FLAT_BLOCK, x[i]);
+    if (n - head >= RG_FLAT_BLOCK) {
+        /* Separate arrays, loops unrolled before GCC decides what lives in memory: this way
+           GCC 12 keeps every accumulator in a register. Lane t of the registers holds position
+           (head + t) % RG_FLAT_BLOCK. */
+        rg_v max_u[RG_FLAT_VECTORS], min_u[RG_FLAT_VECTORS], max_s[RG_FLAT_VECTORS];
         RG_UNROLL
         for (int k = 0; k < RG_FLAT_VECTORS; ++k) {
-            const rg_v bits = rg_load(x + i + (size_t)k * RG_W);
-            max_u[k] = rg_max_u(max_u[k], bits);
-            min_u[k] = rg_min_u(min_u[k], bits);
-            max_s[k] = rg_max_s(max_s[k], bits);
+            max_u[k] = rg_set1(FQ_RANGE_MAX_U_START);
+            min_u[k] = rg_set1(FQ_RANGE_MIN_U_START);
+            max_s[k] = rg_set1((uint32_t)FQ_RANGE_MAX_S_START);
         }
-    }
-    RG_UNROLL
-    for (int k = 0; k < RG_FLAT_VECTORS; ++k) {
-        rg_store_u(acc.max_u + k * RG_W, max_u[k]);
-        rg_store_u(acc.min_u + k * RG_W, min_u[k]);
-        rg_store_u((uint32_t *)acc.max_s + k * RG_W, max_s[k]);
+        for (; i + RG_FLAT_BLOCK <= n; i += RG_FLAT_BLOCK) {
+            RG_UNROLL
+            for (int k = 0; k < RG_FLAT_VECTORS; ++k) {
+                const rg_v bits = rg_load(x + i + (size_t)k * RG_W);
+                max_u[k] = rg_max_u(max_u[k], bits);
+                min_u[k] = rg_min_u(min_u[k], bits);
+                max_s[k] = rg_max_s(max_s[k], bits);
+            }
+        }
+        uint32_t lanes_max_u[RG_FLAT_BLOCK], lanes_min_u[RG_FLAT_BLOCK], lanes_max_s[RG_FLAT_BLOCK];
+        RG_UNROLL
+        for (int k = 0; k < RG_FLAT_VECTORS; ++k) {
+            rg_store_u(lanes_max_u + k * RG_W, max_u[k]);
+            rg_store_u(lanes_min_u + k * RG_W, min_u[k]);
+            rg_store_u(lanes_max_s + k * RG_W, max_s[k]);
+        }
+        for (size_t t = 0; t < RG_FLAT_BLOCK; ++t)
+            fq_range_merge(acc, (head + t) % RG_FLAT_BLOCK, lanes_max_u[t], lanes_min_u[t],
+                           (int32_t)lanes_max_s[t]);
     }
     for (; i < n; ++i) fq_range_fold_one(acc, i % RG_FLAT_BLOCK, x[i]);
 }
 
-/* `rows` rows (RG_ROWS, or 1 for the last few), positions [p0, p1); `ahead` is where this group's
-   prefetches start. */
-RG_INLINE void RG_NAME(row_group)(const float *x, int rows, size_t period, size_t p0, size_t p1,
-                                  const char *ahead, int into_l2, fq_range_acc acc) {
-    size_t p = p0;
-    for (; p + RG_W <= p1; p += RG_W) {
-        for (int l = 0; l < RG_LINES_PER_STEP; ++l) {
-            if (into_l2) {
-                rg_prefetch_l2(ahead + 64 * l);
-            } else {
-                rg_prefetch_l1(ahead + 64 * l);
-            }
+/* One vector of positions over `rows` rows (x points at its first element in the first row) into
+   accumulator positions [ap, ap + RG_W), and the prefetches of one step. */
+RG_INLINE void RG_NAME(row_step)(const float *x, int rows, size_t period, fq_range_acc acc,
+                                 size_t ap, const char *ahead, int into_l2) {
+    for (int l = 0; l < RG_LINES_PER_STEP; ++l) {
+        if (into_l2) {
+            rg_prefetch_l2(ahead + 64 * l);
+        } else {
+            rg_prefetch_l1(ahead + 64 * l);
         }
-        ahead += 64 * RG_LINES_PER_STEP;
-        rg_acc a = rg_load_acc(acc, p);
-        for (int k = 0; k < rows; ++k) rg_fold(&a, rg_load(x + (size_t)k * period + p));
-        rg_store_acc(acc, p, a);
     }
-    for (; p < p1; ++p)
-        for (int k = 0; k < rows; ++k) fq_range_fold_one(acc, p, x[(size_t)k * period + p]);
+    rg_acc a = rg_load_acc(acc, ap);
+    for (int k = 0; k < rows; ++k) rg_fold(&a, rg_load(x + (size_t)k * period));
+    rg_store_acc(acc, ap, a);
+}
+
+/* Where the vectors of a row go: positions [p0, p1) with p1 - p0 >= RG_W, `head` of them before the
+   first vector boundary. Max and min do not mind seeing an element twice, so the vectors at either
+   end may overlap the aligned ones: an unaligned vector at p0 when head > 0, aligned ones from
+   p0 + head, an unaligned one ending at p1 when the aligned ones stop short. Those two keep their
+   own accumulators (`front`, `back`), merged at the end: reloading positions just stored by an
+   overlapping vector would stall each time on a store that cannot be forwarded. */
+typedef struct {
+    size_t p0, p1, head;
+    fq_range_acc front, back;
+} rg_row_plan;
+
+/* `rows` rows (RG_ROWS, or 1 for the last few); `ahead` is where this group's prefetches start. */
+RG_INLINE void RG_NAME(row_group)(const float *x, int rows, size_t period, const rg_row_plan *plan,
+                                  fq_range_acc acc, const char *ahead, int into_l2) {
+    size_t p = plan->p0;
+    if (plan->head > 0) {
+        RG_NAME(row_step)(x + p, rows, period, plan->front, 0, ahead, into_l2);
+        ahead += 64 * RG_LINES_PER_STEP;
+        p += plan->head;
+    }
+    for (; p + RG_W <= plan->p1; p += RG_W) {
+        RG_NAME(row_step)(x + p, rows, period, acc, p, ahead, into_l2);
+        ahead += 64 * RG_LINES_PER_STEP;
+    }
+    if (p < plan->p1)
+        RG_NAME(row_step)(x + plan->p1 - RG_W, rows, period, plan->back, 0, ahead, into_l2);
 }
 
 /* into_l2 is a constant in each caller, which gets a loop of its own. */
-RG_INLINE void RG_NAME(rows_walk)(const float *x, size_t rows, size_t period, size_t p0, size_t p1,
-                                  size_t ahead, int into_l2, fq_range_acc acc) {
+RG_INLINE void RG_NAME(rows_walk)(const float *x, size_t rows, size_t period,
+                                  const rg_row_plan *plan, fq_range_acc acc, size_t ahead,
+                                  int into_l2) {
     size_t r = 0;
     for (; r + RG_ROWS <= rows; r += RG_ROWS) {
         const float *xr = x + r * period;
-        RG_NAME(row_group)(xr, RG_ROWS, period, p0, p1, (const char *)(xr + p0) + ahead, into_l2,
-                           acc);
+        RG_NAME(row_group)(xr, RG_ROWS, period, plan, acc, (const char *)(xr + plan->p0) + ahead,
+                           into_l2);
     }
     for (; r < rows; ++r) {
         const float *xr = x + r * period;
-        RG_NAME(row_group)(xr, 1, period, p0, p1, (const char *)(xr + p0) + ahead, into_l2, acc);
+        RG_NAME(row_group)(xr, 1, period, plan, acc, (const char *)(xr + plan->p0) + ahead, into_l2);
     }
 }
 
 static void RG_NAME(rows)(const float *x, size_t rows, size_t period, size_t p0, size_t p1,
                           fq_range_acc acc) {
+    if (p1 - p0 < RG_W) {
+        for (size_t r = 0; r < rows; ++r)
+            for (size_t p = p0; p < p1; ++p) fq_range_fold_one(acc, p, x[r * period + p]);
+        return;
+    }
+    uint32_t edges[2][3][RG_W];
+    for (int e = 0; e < 2; ++e)
+        for (int w = 0; w < RG_W; ++w) {
+            edges[e][0][w] = FQ_RANGE_MAX_U_START;
+            edges[e][1][w] = FQ_RANGE_MIN_U_START;
+            edges[e][2][w] = (uint32_t)FQ_RANGE_MAX_S_START;
+        }
+    rg_row_plan plan = {p0, p1, 0, {edges[0][0], edges[0][1], (int32_t *)edges[0][2]},
+                        {edges[1][0], edges[1][1], (int32_t *)edges[1][2]}};
+    /* Aligned vectors when every row starts at the same place relative to a vector boundary. */
+    if (period * sizeof(float) % RG_VECTOR_BYTES == 0) plan.head = rg_head(x + p0);
     const size_t group_bytes = RG_ROWS * period * sizeof(float);
     const size_t ahead = (RG_AHEAD_BYTES + group_bytes - 1) / group_bytes * group_bytes;
     if (group_bytes <= RG_L1_GROUP_BYTES) {
-        RG_NAME(rows_walk)(x, rows, period, p0, p1, ahead, 0, acc);
+        RG_NAME(rows_walk)(x, rows, period, &plan, acc, ahead, 0);
     } else {
-        RG_NAME(rows_walk)(x, rows, period, p0, p1, ahead, 1, acc);
+        RG_NAME(rows_walk)(x, rows, period, &plan, acc, ahead, 1);
+    }
+    /* Untouched edges still hold the start values, which merge as nothing. */
+    for (size_t w = 0; w < RG_W; ++w) {
+        fq_range_merge(acc, p0 + w, edges[0][0][w], edges[0][1][w], (int32_t)edges[0][2][w]);
+        fq_range_merge(acc, p1 - RG_W + w, edges[1][0][w], edges[1][1][w], (int32_t)edges[1][2][w]);
     }
 }
 
