@@ -1,5 +1,5 @@
-"""Builds and runs the C kernel harness (tests/c): natively, under ASan + UBSan, and for aarch64
-(NEON) under qemu-user."""
+"""Builds and runs the C test binaries of tests/c (fake quantization: test_kernels; batch norm:
+test_batch_norm): natively, under ASan + UBSan, and for aarch64 (NEON) under qemu-user."""
 import os
 import shutil
 import subprocess
@@ -12,6 +12,9 @@ RUN_TIMEOUT = 1800  # the aarch64 run is emulated
 
 # CI must exercise NEON: there, missing cross tools fail the aarch64 test instead of skipping it.
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# One binary per family; `make native` (aarch64, sanitized) builds all of them.
+BINARIES = ["test_kernels", "test_batch_norm"]
 
 
 def _missing(*tools):
@@ -42,24 +45,27 @@ def _build_and_run(target, run_command):
     return output
 
 
-def test_native_kernels_match_scalar():
+@pytest.mark.parametrize("binary", BINARIES)
+def test_native_kernels_match_scalar(binary):
     missing = _missing("make", "gcc")
     if missing:
         pytest.skip(f"the native C harness needs {', '.join(missing)} on PATH")
-    _build_and_run("native", [os.path.join("build", "test_kernels")])
+    _build_and_run("native", [os.path.join("build", binary)])
 
 
-def test_native_kernels_under_address_and_undefined_behavior_sanitizers():
+@pytest.mark.parametrize("binary", BINARIES)
+def test_native_kernels_under_address_and_undefined_behavior_sanitizers(binary):
     """Every ISA of this machine, every size and misaligned start of the harness: no read or write
     out of bounds, no undefined behaviour (both abort the run)."""
     missing = _missing("make", "gcc")
     if missing:
         pytest.skip(f"the sanitized C harness needs {', '.join(missing)} on PATH")
     _build_and_run("sanitized", ["env", "ASAN_OPTIONS=detect_leaks=0",
-                                 os.path.join("build", "test_kernels_sanitized")])
+                                 os.path.join("build", binary + "_sanitized")])
 
 
-def test_aarch64_neon_kernels_match_scalar_under_qemu():
+@pytest.mark.parametrize("binary", BINARIES)
+def test_aarch64_neon_kernels_match_scalar_under_qemu(binary):
     missing = _missing("make", "aarch64-linux-gnu-gcc", "qemu-aarch64")
     if missing:
         reason = (f"the aarch64 C harness needs {', '.join(missing)} on PATH "
@@ -67,5 +73,5 @@ def test_aarch64_neon_kernels_match_scalar_under_qemu():
         if IN_CI:
             pytest.fail(f"CI=true: NEON must be tested, but {reason}")
         pytest.skip(reason)
-    output = _build_and_run("aarch64", ["qemu-aarch64", os.path.join("build", "test_kernels_aarch64")])
+    output = _build_and_run("aarch64", ["qemu-aarch64", os.path.join("build", binary + "_aarch64")])
     assert "available: scalar neon" in output, f"NEON was not available under qemu:\n{output}"

@@ -1,98 +1,18 @@
-/* C test harness: each SIMD path and thread count against the scalar kernels, bit for bit, via fqcore.h. */
+/* C test harness, fake quantization: each SIMD path and thread count against the scalar kernels, bit
+   for bit, via fqcore.h. */
 #include <float.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fqcore.h"
+#include "harness.h"
 
 #define GUARD ((size_t)32)      /* floats of guard on each side of every output buffer */
 #define MAX_OFFSET ((size_t)16) /* starts are misaligned by 0..15 floats */
-#define MAX_REPORTS 40
-#define THREADS_MAX 4
 #define BIG ((size_t)200000) /* from here a call is large enough for several threads */
-
-/* ---------------- fixed-seed PRNG (splitmix64) ---------------- */
-
-static uint64_t rng_state = 0x0fc0e5eed2024ull;
-
-static uint64_t rnd64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static size_t below(size_t n) { return n ? (size_t)(rnd64() % n) : 0; }
-
-/* Uniform in [lo, hi) with 24 random bits. */
-static float unif(float lo, float hi) { return lo + (hi - lo) * ((float)(rnd64() >> 40) * 0x1p-24f); }
-
-static float from_bits(uint32_t b) {
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-static uint32_t to_bits(float f) {
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
-/* Equal bits, or both NaN (payloads may differ between ISAs). -0 and +0 differ. */
-static int same(float a, float b) { return (isnan(a) && isnan(b)) || to_bits(a) == to_bits(b); }
-
-/* ---------------- bookkeeping ---------------- */
-
-static long n_passed, n_failed;
-static int n_reports, max_reports = MAX_REPORTS; /* FQ_TEST_MAX_REPORTS overrides */
-
-/* One check; on failure prints the message. */
-static int expect(int ok, const char *fmt, ...) {
-    if (ok) {
-        ++n_passed;
-        return 1;
-    }
-    ++n_failed;
-    ++n_reports;
-    if (n_reports <= max_reports) {
-        va_list ap;
-        va_start(ap, fmt);
-        printf("FAIL: ");
-        vprintf(fmt, ap);
-        printf("\n");
-        va_end(ap);
-    } else if (n_reports == max_reports + 1) {
-        printf("FAIL: (further failures are counted, not shown)\n");
-    }
-    return 0;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double section_start;
-static long section_passed, section_failed;
-
-static void section_begin(void) {
-    section_start = now_seconds();
-    section_passed = n_passed;
-    section_failed = n_failed;
-}
-
-static void section_end(const char *name) {
-    printf("  %-34s %7ld passed, %ld failed  (%.1f s)\n", name, n_passed - section_passed,
-           n_failed - section_failed, now_seconds() - section_start);
-    fflush(stdout);
-}
 
 /* ---------------- buffers with guards and misaligned starts ---------------- */
 
@@ -101,15 +21,6 @@ typedef struct {
     size_t n, total;
     uint32_t fill;
 } buffer;
-
-static void *xmalloc_aligned(size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes < 64 ? 64 : bytes) != 0) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
 
 static void buffer_make(buffer *b, size_t n, size_t offset, uint32_t fill) {
     b->total = n + 2 * GUARD + MAX_OFFSET;
@@ -193,18 +104,6 @@ typedef struct {
     const float *untouched; /* what `out` holds if the call writes nothing (an aliased input) */
 } result;
 
-static void set_isa_threads(fq_isa isa, int threads) {
-    fq_status s = fq_set_isa(isa);
-    if (s != FQ_OK) {
-        printf("fatal: fq_set_isa(%s): %s\n", fq_isa_name(isa), fq_status_string(s));
-        exit(2);
-    }
-    s = fq_set_num_threads(threads);
-    if (s != FQ_OK) {
-        printf("fatal: fq_set_num_threads(%d): %s\n", threads, fq_status_string(s));
-        exit(2);
-    }
-}
 
 static void run(const call *c, fq_isa isa, int threads, alias_kind alias, uint32_t fill, result *r) {
     set_isa_threads(isa, threads);
@@ -276,10 +175,6 @@ static const char *difference(const call *c, const result *ref, const result *go
     }
     return NULL;
 }
-
-/* The ISAs this CPU and build can run, scalar first. */
-static fq_isa isas[FQ_ISA_COUNT];
-static int n_isas;
 
 static int inputs_intact(const call *c, const float *x_copy, const float *g_copy) {
     if (c->n == 0) return 1;
@@ -1108,28 +1003,7 @@ static void test_per_channel_large(void) {
 }
 
 int main(void) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (getenv("FQ_TEST_MAX_REPORTS") != NULL) max_reports = atoi(getenv("FQ_TEST_MAX_REPORTS"));
-    const fq_status init = fq_init();
-    printf("fqcore %s C kernel harness; fq_init: %s; OpenMP: %s\n", FQCORE_VERSION_STRING,
-           fq_status_string(init), fq_has_openmp() ? "yes" : "no");
-    printf("ISAs compiled:");
-    for (int i = 0; i < FQ_ISA_COUNT; ++i)
-        if (fq_isa_compiled((fq_isa)i)) printf(" %s", fq_isa_name((fq_isa)i));
-    printf("; available:");
-    for (int i = 0; i < FQ_ISA_COUNT; ++i)
-        if (fq_isa_available((fq_isa)i)) {
-            isas[n_isas++] = (fq_isa)i;
-            printf(" %s", fq_isa_name((fq_isa)i));
-        }
-    printf("\n");
-    if (n_isas == 1) printf("NOTE: only scalar is available: testing thread counts and known values only\n");
-#if defined(__aarch64__)
-    expect(fq_isa_available(FQ_ISA_NEON), "NEON must be available on AArch64");
-#endif
-    expect(fq_has_openmp(), "the harness is built with -fopenmp, so the library must use threads");
-
-    struct { const char *name; void (*fn)(void); } sections[] = {
+    static const harness_section sections[] = {
         {"statuses and settings", test_errors},
         {"spec values", test_spec_values},
         {"flush-to-zero", test_flush_to_zero},
@@ -1139,11 +1013,6 @@ int main(void) {
         {"per-channel shapes", test_per_channel},
         {"per-channel large, threads 1..4", test_per_channel_large},
     };
-    for (size_t k = 0; k < sizeof sections / sizeof sections[0]; ++k) {
-        section_begin();
-        sections[k].fn();
-        section_end(sections[k].name);
-    }
-    printf("%ld passed, %ld failed\n", n_passed, n_failed);
-    return n_failed ? 1 : 0;
+    return harness_main("C kernel harness (fake quantization)", sections,
+                        sizeof sections / sizeof sections[0]);
 }
