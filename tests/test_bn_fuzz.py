@@ -73,7 +73,8 @@ def test_finite_inputs_give_normalized_outputs(data):
     data_format = data.draw(st.sampled_from(FORMATS[:4]))
     rank = 4 if data_format in ("NHWC", "NCHW") else 5
     shape = data.draw(hnp.array_shapes(min_dims=rank, max_dims=rank, min_side=1, max_side=7))
-    x = data.draw(hnp.arrays(np.float32, shape, elements=st.floats(-100, 100, width=32)))
+    # Denormals are excluded: fqcore, as TF's CPU threads, treats them as zero.
+    x = data.draw(hnp.arrays(np.float32, shape, elements=st.floats(-100, 100, width=32, allow_subnormal=False)))
     channel_axis = rank - 1 if data_format.endswith("C") else 1
     channels = shape[channel_axis]
     scale = data.draw(hnp.arrays(np.float32, channels, elements=st.floats(-2, 2, width=32)))
