@@ -113,95 +113,54 @@ static void RG_NAME(flat)(const float *x, size_t n, fq_range_acc acc) {
     for (; i < n; ++i) fq_range_fold_one(acc, i % RG_FLAT_BLOCK, x[i]);
 }
 
-/* One vector of positions over `rows` rows (x points at its first element in the first row) into
-   accumulator positions [ap, ap + RG_W), and the prefetches of one step. */
-RG_INLINE void RG_NAME(row_step)(const float *x, int rows, size_t period, fq_range_acc acc,
-                                 size_t ap, const char *ahead, int into_l2) {
-    for (int l = 0; l < RG_LINES_PER_STEP; ++l) {
-        if (into_l2) {
-            rg_prefetch_l2(ahead + 64 * l);
-        } else {
-            rg_prefetch_l1(ahead + 64 * l);
+/* `rows` rows (RG_ROWS, or 1 for the last few), positions [p0, p1); `ahead` is where this group's
+   prefetches start. The vectors load wherever the positions fall: starting them at a vector
+   boundary (with overlapping vectors at the ends) was 15% faster in cache but, past the caches,
+   ran at 2.2 ms or at up to 5.3 ms from one run to the next ([131072, 128], AVX2, x 16 bytes off a
+   vector boundary); unaligned loads stay at 1.8-2.2 ms for every start. */
+RG_INLINE void RG_NAME(row_group)(const float *x, int rows, size_t period, size_t p0, size_t p1,
+                                  const char *ahead, int into_l2, fq_range_acc acc) {
+    size_t p = p0;
+    for (; p + RG_W <= p1; p += RG_W) {
+        for (int l = 0; l < RG_LINES_PER_STEP; ++l) {
+            if (into_l2) {
+                rg_prefetch_l2(ahead + 64 * l);
+            } else {
+                rg_prefetch_l1(ahead + 64 * l);
+            }
         }
-    }
-    rg_acc a = rg_load_acc(acc, ap);
-    for (int k = 0; k < rows; ++k) rg_fold(&a, rg_load(x + (size_t)k * period));
-    rg_store_acc(acc, ap, a);
-}
-
-/* Where the vectors of a row go: positions [p0, p1) with p1 - p0 >= RG_W, `head` of them before the
-   first vector boundary. Max and min do not mind seeing an element twice, so the vectors at either
-   end may overlap the aligned ones: an unaligned vector at p0 when head > 0, aligned ones from
-   p0 + head, an unaligned one ending at p1 when the aligned ones stop short. Those two keep their
-   own accumulators (`front`, `back`), merged at the end: reloading positions just stored by an
-   overlapping vector would stall each time on a store that cannot be forwarded. */
-typedef struct {
-    size_t p0, p1, head;
-    fq_range_acc front, back;
-} rg_row_plan;
-
-/* `rows` rows (RG_ROWS, or 1 for the last few); `ahead` is where this group's prefetches start. */
-RG_INLINE void RG_NAME(row_group)(const float *x, int rows, size_t period, const rg_row_plan *plan,
-                                  fq_range_acc acc, const char *ahead, int into_l2) {
-    size_t p = plan->p0;
-    if (plan->head > 0) {
-        RG_NAME(row_step)(x + p, rows, period, plan->front, 0, ahead, into_l2);
         ahead += 64 * RG_LINES_PER_STEP;
-        p += plan->head;
+        rg_acc a = rg_load_acc(acc, p);
+        for (int k = 0; k < rows; ++k) rg_fold(&a, rg_load(x + (size_t)k * period + p));
+        rg_store_acc(acc, p, a);
     }
-    for (; p + RG_W <= plan->p1; p += RG_W) {
-        RG_NAME(row_step)(x + p, rows, period, acc, p, ahead, into_l2);
-        ahead += 64 * RG_LINES_PER_STEP;
-    }
-    if (p < plan->p1)
-        RG_NAME(row_step)(x + plan->p1 - RG_W, rows, period, plan->back, 0, ahead, into_l2);
+    for (; p < p1; ++p)
+        for (int k = 0; k < rows; ++k) fq_range_fold_one(acc, p, x[(size_t)k * period + p]);
 }
 
 /* into_l2 is a constant in each caller, which gets a loop of its own. */
-RG_INLINE void RG_NAME(rows_walk)(const float *x, size_t rows, size_t period,
-                                  const rg_row_plan *plan, fq_range_acc acc, size_t ahead,
-                                  int into_l2) {
+RG_INLINE void RG_NAME(rows_walk)(const float *x, size_t rows, size_t period, size_t p0, size_t p1,
+                                  size_t ahead, int into_l2, fq_range_acc acc) {
     size_t r = 0;
     for (; r + RG_ROWS <= rows; r += RG_ROWS) {
         const float *xr = x + r * period;
-        RG_NAME(row_group)(xr, RG_ROWS, period, plan, acc, (const char *)(xr + plan->p0) + ahead,
-                           into_l2);
+        RG_NAME(row_group)(xr, RG_ROWS, period, p0, p1, (const char *)(xr + p0) + ahead, into_l2,
+                           acc);
     }
     for (; r < rows; ++r) {
         const float *xr = x + r * period;
-        RG_NAME(row_group)(xr, 1, period, plan, acc, (const char *)(xr + plan->p0) + ahead, into_l2);
+        RG_NAME(row_group)(xr, 1, period, p0, p1, (const char *)(xr + p0) + ahead, into_l2, acc);
     }
 }
 
 static void RG_NAME(rows)(const float *x, size_t rows, size_t period, size_t p0, size_t p1,
                           fq_range_acc acc) {
-    if (p1 - p0 < RG_W) {
-        for (size_t r = 0; r < rows; ++r)
-            for (size_t p = p0; p < p1; ++p) fq_range_fold_one(acc, p, x[r * period + p]);
-        return;
-    }
-    uint32_t edges[2][3][RG_W];
-    for (int e = 0; e < 2; ++e)
-        for (int w = 0; w < RG_W; ++w) {
-            edges[e][0][w] = FQ_RANGE_MAX_U_START;
-            edges[e][1][w] = FQ_RANGE_MIN_U_START;
-            edges[e][2][w] = (uint32_t)FQ_RANGE_MAX_S_START;
-        }
-    rg_row_plan plan = {p0, p1, 0, {edges[0][0], edges[0][1], (int32_t *)edges[0][2]},
-                        {edges[1][0], edges[1][1], (int32_t *)edges[1][2]}};
-    /* Aligned vectors when every row starts at the same place relative to a vector boundary. */
-    if (period * sizeof(float) % RG_VECTOR_BYTES == 0) plan.head = rg_head(x + p0);
     const size_t group_bytes = RG_ROWS * period * sizeof(float);
     const size_t ahead = (RG_AHEAD_BYTES + group_bytes - 1) / group_bytes * group_bytes;
     if (group_bytes <= RG_L1_GROUP_BYTES) {
-        RG_NAME(rows_walk)(x, rows, period, &plan, acc, ahead, 0);
+        RG_NAME(rows_walk)(x, rows, period, p0, p1, ahead, 0, acc);
     } else {
-        RG_NAME(rows_walk)(x, rows, period, &plan, acc, ahead, 1);
-    }
-    /* Untouched edges still hold the start values, which merge as nothing. */
-    for (size_t w = 0; w < RG_W; ++w) {
-        fq_range_merge(acc, p0 + w, edges[0][0][w], edges[0][1][w], (int32_t)edges[0][2][w]);
-        fq_range_merge(acc, p1 - RG_W + w, edges[1][0][w], edges[1][1][w], (int32_t)edges[1][2][w]);
+        RG_NAME(rows_walk)(x, rows, period, p0, p1, ahead, 1, acc);
     }
 }
 
