@@ -28,9 +28,10 @@ static inline float fq_f16_to_f32(uint16_t h) {
     if (exponent == 0x1fu)
         return fq_float_of(sign | 0x7f800000u | (mantissa << 13) | (mantissa ? 0x400000u : 0u));
     if (exponent == 0) {
-        /* Half subnormals are normal floats; the product is exact. */
+        /* Half subnormals are normal floats; the product is exact. The sign goes in as a bit: a
+           negation could be folded into a later multiply (AArch64 FNMUL), which flips NaN signs. */
         const float magnitude = (float)mantissa * 0x1p-24f;
-        return sign ? -magnitude : magnitude;
+        return fq_float_of(fq_bits_of(magnitude) | sign);
     }
     return fq_float_of(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }

@@ -1,4 +1,5 @@
-/* Flush-to-zero / denormals-are-zero for the duration of a kernel call, as TF's CPU threads run. */
+/* Flush-to-zero / denormals-are-zero and round-to-nearest for the duration of a kernel call, as
+   TF's CPU threads run. */
 #ifndef FQ_FPENV_H
 #define FQ_FPENV_H
 
@@ -6,7 +7,8 @@
 
 typedef uint64_t fq_fpenv;
 
-/* Switches the calling thread to FTZ+DAZ and returns the previous state for fq_fpenv_leave(). */
+/* Switches the calling thread to FTZ+DAZ, round to nearest, and returns the previous state for
+   fq_fpenv_leave(). */
 fq_fpenv fq_fpenv_enter(void);
 void fq_fpenv_leave(fq_fpenv saved);
 
