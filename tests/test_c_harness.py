@@ -1,5 +1,6 @@
 """Builds and runs the C test binaries of tests/c (fake quantization: test_kernels; batch norm:
-test_batch_norm): natively, under ASan + UBSan, and for aarch64 (NEON) under qemu-user."""
+test_batch_norm; range observer: test_range): natively, under ASan + UBSan, and for aarch64 (NEON)
+under qemu-user."""
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ RUN_TIMEOUT = 1800  # the aarch64 run is emulated
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # One binary per family; `make native` (aarch64, sanitized) builds all of them.
-BINARIES = ["test_kernels", "test_batch_norm"]
+BINARIES = ["test_kernels", "test_batch_norm", "test_range"]
 
 
 def _missing(*tools):
