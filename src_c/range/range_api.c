@@ -77,10 +77,12 @@ static void finish(uint32_t max_u, uint32_t min_u, int32_t max_s, float *min, fl
    rows walk stores to its accumulators between loads of x, and a load from an address 4 KiB apart
    from a pending store waits for it (4K aliasing): with 128 channels, rows 512 bytes apart, a
    position table at the same offset in a 512-byte block as x made every row wait (Zen 4: 1.6x
-   slower). So its sets start FQ_RANGE_ACC_SKEW bytes past x modulo 4 KiB, each array 4 * period bytes
-   after the previous (as rows are), and sets whole pages apart. */
-#define FQ_RANGE_ACC_SKEW ((uintptr_t)2048 + 128)
-#define FQ_RANGE_PAGE ((size_t)4096)
+   slower). So its sets start 2 KiB + 128..192 bytes past x modulo 4 KiB, on a cache-line boundary
+   (a vector split over two lines costs most as a store), each array 4 * period bytes after the
+   previous (as rows are), and sets whole pages apart. */
+#define FQ_RANGE_ACC_SKEW ((uintptr_t)2048 + 192)
+#define FQ_RANGE_PAGE ((uintptr_t)4096)
+#define FQ_RANGE_LINE ((uintptr_t)64)
 
 typedef struct {
     unsigned char stack[3 * FQ_RANGE_STACK_POSITIONS * sizeof(uint32_t)];
@@ -101,11 +103,10 @@ static fq_status acc_sets_init(acc_sets *s, size_t sets, size_t positions, const
     s->heap = malloc(sets * s->set_bytes + FQ_RANGE_PAGE);
     if (s->heap == NULL) return FQ_ERR_NO_MEMORY;
     const uintptr_t raw = (uintptr_t)s->heap;
-    uintptr_t skew = 0;
+    uintptr_t target = raw % FQ_RANGE_PAGE; /* no move without a skew */
     if (skew_from != NULL)
-        skew = ((uintptr_t)skew_from + FQ_RANGE_ACC_SKEW - raw) % FQ_RANGE_PAGE / sizeof(uint32_t) *
-               sizeof(uint32_t);
-    s->base = (unsigned char *)s->heap + skew;
+        target = ((uintptr_t)skew_from + FQ_RANGE_ACC_SKEW) % FQ_RANGE_PAGE / FQ_RANGE_LINE * FQ_RANGE_LINE;
+    s->base = (unsigned char *)s->heap + (target - raw % FQ_RANGE_PAGE + FQ_RANGE_PAGE) % FQ_RANGE_PAGE;
     return FQ_OK;
 }
 
