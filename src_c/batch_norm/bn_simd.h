@@ -191,6 +191,16 @@ BN_INLINE bn_vf bn_load_n(const void *base, size_t i, size_t n, fq_dtype dtype) 
     return bn_load(base, i, dtype);
 }
 
+#ifdef BN_HAS_PARTIAL
+BN_INLINE void store_n(void *out, size_t i, size_t n, fq_dtype dtype, bn_vf v) {
+    switch (dtype) {
+    case FQ_DTYPE_F16: bn_store_partial_f16((uint16_t *)out + i, n, v); break;
+    case FQ_DTYPE_BF16: bn_store_partial_bf16((uint16_t *)out + i, n, v); break;
+    default: bn_store_partial_f32((float *)out + i, n, v); break;
+    }
+}
+#endif
+
 /* Lanes [0, n) of the pass's formula at element i, position p (the tables extend past the
    period, so whole table vectors are always in bounds). */
 BN_INLINE bn_vf pass_vector(bn_pass pass, const void *dy, const void *x, fq_dtype dtype, size_t i,
@@ -241,6 +251,21 @@ BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out,
         const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
         const size_t end = j * run_stride + count;
         size_t i = j * run_stride, p = 0;
+#ifdef BN_HAS_PARTIAL
+        /* A partial first vector, so that the loads (and streamed stores) that follow are aligned:
+           a load that spans two cache lines costs two. */
+        {
+            const size_t size = dtype == FQ_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+            const uintptr_t address = (uintptr_t)(stream ? out : x != NULL ? x : dy) + i * size;
+            const size_t head = (BN_W * size - address % (BN_W * size)) % (BN_W * size) / size;
+            if (head > 0 && address % size == 0 && i + head <= end) {
+                store_n(out, i, head, dtype, pass_vector(pass, dy, x, dtype, i, head, &t, p));
+                i += head;
+                p += head;
+                if (p >= period) p -= period;
+            }
+        }
+#endif
         for (; stream && i < end && (uintptr_t)((float *)out + i) % BN_STREAM_ALIGN != 0; ++i) {
             fq_store_element(out, i, dtype, pass_one(pass, dy, x, dtype, i, &t, p));
             if (++p == period) p = 0;
@@ -256,14 +281,7 @@ BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out,
             if (p >= period) p -= period;
         }
 #ifdef BN_HAS_PARTIAL
-        if (i < end) {
-            const bn_vf result = pass_vector(pass, dy, x, dtype, i, end - i, &t, p);
-            switch (dtype) {
-            case FQ_DTYPE_F16: bn_store_partial_f16((uint16_t *)out + i, end - i, result); break;
-            case FQ_DTYPE_BF16: bn_store_partial_bf16((uint16_t *)out + i, end - i, result); break;
-            default: bn_store_partial_f32((float *)out + i, end - i, result); break;
-            }
-        }
+        if (i < end) store_n(out, i, end - i, dtype, pass_vector(pass, dy, x, dtype, i, end - i, &t, p));
 #else
         for (; i < end; ++i) {
             fq_store_element(out, i, dtype, pass_one(pass, dy, x, dtype, i, &t, p));
