@@ -13,9 +13,10 @@ def test_readme_has_examples():
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_example_runs(index, capsys):
+def test_readme_example_runs(index, capsys, tmp_path, monkeypatch):
     import fqcore
 
+    monkeypatch.chdir(tmp_path)  # examples may write files (a saved quantizer)
     previous = (fqcore.get_isa(), fqcore.get_num_threads())
     try:
         exec(compile(BLOCKS[index], f"README.md python block {index}", "exec"), {})
