@@ -37,6 +37,21 @@ def assert_same_bits(actual, expected):
         raise AssertionError("\n".join(lines))
 
 
+def run_on(isa_name, fn, threads=None):
+    """fn() with `isa_name` active (and `threads` threads when given); the settings are restored."""
+    import fqcore
+
+    previous = fqcore.get_isa(), fqcore.get_num_threads()
+    fqcore.set_isa(isa_name)
+    if threads is not None:
+        fqcore.set_num_threads(threads)
+    try:
+        return fn()
+    finally:
+        fqcore.set_isa(previous[0])
+        fqcore.set_num_threads(previous[1])
+
+
 @pytest.fixture(params=ALL_ISAS)
 def isa(request):
     """Makes request.param the active fqcore ISA for the test (skipped when this machine lacks it), then restores."""

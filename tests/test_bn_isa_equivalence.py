@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import fqcore
+from helpers import run_on
 
 try:
     import ml_dtypes
@@ -60,17 +61,6 @@ def all_outputs(x, dy, per_channel, variance, data_format):
     return [np.ascontiguousarray(a).tobytes() for a in arrays]
 
 
-def on(isa_name, threads, fn):
-    previous_isa, previous_threads = fqcore.get_isa(), fqcore.get_num_threads()
-    fqcore.set_isa(isa_name)
-    fqcore.set_num_threads(threads)
-    try:
-        return fn()
-    finally:
-        fqcore.set_isa(previous_isa)
-        fqcore.set_num_threads(previous_threads)
-
-
 def assert_all_equal(actual, expected, what):
     names = ["y", "batch_mean", "batch_variance", "rs1", "rs2"] * 2 + ["y inference"] + \
         ["x_backprop", "scale_backprop", "offset_backprop"] + ["x_backprop inf", "scale_bp inf", "offset_bp inf"]
@@ -82,8 +72,8 @@ def assert_all_equal(actual, expected, what):
 @pytest.mark.parametrize("shape,data_format", CASES, ids=lambda v: str(v))
 def test_simd_equals_scalar(isa, shape, data_format, dtype):
     x, dy, per_channel, variance = make_inputs(shape, data_format, dtype, seed=len(shape) + sum(shape))
-    expected = on("scalar", 1, lambda: all_outputs(x, dy, per_channel, variance, data_format))
-    actual = on(isa, 1, lambda: all_outputs(x, dy, per_channel, variance, data_format))
+    expected = run_on("scalar", lambda: all_outputs(x, dy, per_channel, variance, data_format), 1)
+    actual = run_on(isa, lambda: all_outputs(x, dy, per_channel, variance, data_format), 1)
     assert_all_equal(actual, expected, f"{isa} {shape} {data_format}")
 
 
@@ -91,10 +81,10 @@ def test_simd_equals_scalar(isa, shape, data_format, dtype):
 @pytest.mark.parametrize("shape,data_format", LARGE_CASES, ids=lambda v: str(v))
 def test_threads_and_isas_agree_on_large_inputs(shape, data_format, dtype):
     x, dy, per_channel, variance = make_inputs(shape, data_format, dtype, seed=sum(shape))
-    expected = on("scalar", 1, lambda: all_outputs(x, dy, per_channel, variance, data_format))
+    expected = run_on("scalar", lambda: all_outputs(x, dy, per_channel, variance, data_format), 1)
     for isa_name in fqcore.available_isas():
         for threads in (1, 2, 3, 4):
-            actual = on(isa_name, threads, lambda: all_outputs(x, dy, per_channel, variance, data_format))
+            actual = run_on(isa_name, lambda: all_outputs(x, dy, per_channel, variance, data_format), threads)
             assert_all_equal(actual, expected, f"{isa_name} with {threads} threads")
 
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import fqcore
-from helpers import assert_same_bits
+from helpers import assert_same_bits, run_on
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 3e38, -3e38], np.float32)
 SIZES = [0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000,
@@ -43,15 +43,6 @@ def _all_outputs(x, g, lo, hi, num_bits, narrow, channels):
     return [np.asarray(o) for o in outputs]
 
 
-def _on(isa_name, fn):
-    previous = fqcore.get_isa()
-    fqcore.set_isa(isa_name)
-    try:
-        return fn()
-    finally:
-        fqcore.set_isa(previous)
-
-
 @pytest.mark.parametrize("n", SIZES)
 def test_simd_equals_scalar(isa, n):
     for offset, channels in ((0, 1), (1, 3), (3, 17), (5, 16)):
@@ -60,8 +51,8 @@ def test_simd_equals_scalar(isa, n):
         narrow = bool(offset % 2)
         for lo, hi in ((-6.0, 6.0), (-0.1, 0.2), (0.5, 1.0), (-3.0, -1.0)):
             args = (x, g, np.float32(lo), np.float32(hi), num_bits, narrow, channels)
-            expected = _on("scalar", lambda: _all_outputs(*args))
-            actual = _on(isa, lambda: _all_outputs(*args))
+            expected = run_on("scalar", lambda: _all_outputs(*args))
+            actual = run_on(isa, lambda: _all_outputs(*args))
             for a, e in zip(actual, expected):
                 assert_same_bits(a, e)
 
@@ -71,8 +62,8 @@ def test_per_channel_simd_equals_scalar(isa, channels):
     for rows in (1, 2, 5, 9, 33):
         x, g = _inputs(rows * channels, seed=channels * 100 + rows, offset=rows % 4)
         args = (x, g, np.float32(-1.0), np.float32(1.0), 8, False, channels)
-        expected = _on("scalar", lambda: _all_outputs(*args))
-        actual = _on(isa, lambda: _all_outputs(*args))
+        expected = run_on("scalar", lambda: _all_outputs(*args))
+        actual = run_on(isa, lambda: _all_outputs(*args))
         for a, e in zip(actual, expected):
             assert_same_bits(a, e)
 
@@ -89,10 +80,10 @@ def test_sums_identical_across_isas_and_threads(shape):
             for threads in (1, 2, 3, 4):
                 fqcore.set_num_threads(threads)
                 if len(shape) == 1:
-                    r = _on(isa_name, lambda: fqcore.fake_quant_with_min_max_vars_gradient(g, x, -6.0, 6.0))
+                    r = run_on(isa_name, lambda: fqcore.fake_quant_with_min_max_vars_gradient(g, x, -6.0, 6.0))
                 else:
                     lim = np.full(shape[-1], 6.0, np.float32)
-                    r = _on(isa_name, lambda: fqcore.fake_quant_with_min_max_vars_per_channel_gradient(g, x, -lim, lim))
+                    r = run_on(isa_name, lambda: fqcore.fake_quant_with_min_max_vars_per_channel_gradient(g, x, -lim, lim))
                 results[(isa_name, threads)] = [np.asarray(v) for v in r]
     finally:
         fqcore.set_num_threads(previous_threads)
@@ -119,15 +110,15 @@ def test_out_may_be_an_input(isa, n):
         lambda g, x, out: fqcore.fake_quant_with_min_max_vars_per_channel_gradient(g, x, lo, hi, out=out),
     ]
     for call in calls:
-        expected = _on(isa, lambda: [np.asarray(v).copy() for v in call(g, x, None)])
+        expected = run_on(isa, lambda: [np.asarray(v).copy() for v in call(g, x, None)])
         for aliased in ("g", "x"):
             gc, xc = g.copy(), x.copy()
             out = gc if aliased == "g" else xc
-            actual = _on(isa, lambda: [np.asarray(v) for v in call(gc, xc, out)])
+            actual = run_on(isa, lambda: [np.asarray(v) for v in call(gc, xc, out)])
             for a, e in zip(actual, expected):
                 assert_same_bits(a, e)
     for fn in (fqcore.fake_quant_with_min_max_args, lambda v, out: fqcore.fake_quant_with_min_max_vars(v, -1.0, 1.0, out=out)):
-        expected = _on(isa, lambda: fn(x, out=None))
+        expected = run_on(isa, lambda: fn(x, out=None))
         xc = x.copy()
-        _on(isa, lambda: fn(xc, out=xc))
+        run_on(isa, lambda: fn(xc, out=xc))
         assert_same_bits(xc, expected)

@@ -10,7 +10,7 @@ from hypothesis.extra import numpy as hnp
 import fqcore
 from fqcore import _kernels
 from fqcore.observe import batch_range
-from helpers import describe
+from helpers import describe, run_on
 
 TINY = np.float32(np.finfo(np.float32).tiny)  # smallest normal
 NAN_BITS = 0x7FC00000
@@ -66,24 +66,6 @@ def assert_range(actual, expected):
     assert_bits(actual[1], expected[1])
 
 
-def _on(isa_name, fn):
-    previous = fqcore.get_isa()
-    fqcore.set_isa(isa_name)
-    try:
-        return fn()
-    finally:
-        fqcore.set_isa(previous)
-
-
-def _with_threads(threads, fn):
-    previous = fqcore.get_num_threads()
-    fqcore.set_num_threads(threads)
-    try:
-        return fn()
-    finally:
-        fqcore.set_num_threads(previous)
-
-
 def _data(n, seed, offset=0, specials=3, nans=True):
     """n float32 values as a view `offset` elements into a buffer (so not 64-byte aligned), with a
     few special values (NaN only when `nans`) and some denormals and signed zeros."""
@@ -104,8 +86,8 @@ def test_per_tensor_simd_equals_scalar(isa, n):
     for offset in (0, 1, 3):
         for nans in (False, True):
             x = _data(n, seed=n * 7 + offset, offset=offset, specials=1 + n // 50, nans=nans)
-            expected = _on("scalar", lambda: batch_range(x))
-            actual = _on(isa, lambda: batch_range(x))
+            expected = run_on("scalar", lambda: batch_range(x))
+            actual = run_on(isa, lambda: batch_range(x))
             assert_range(actual, expected)
             assert_range(actual, reference(x, False))
 
@@ -117,8 +99,8 @@ def test_per_axis_simd_equals_scalar(isa, channels):
             n = rows * channels
             x = _data(n, seed=channels * 100 + rows, offset=offset, specials=1 + n // 40,
                       nans=rows % 2 == 1).reshape(rows, channels)
-            expected = _on("scalar", lambda: batch_range(x, per_axis=True))
-            actual = _on(isa, lambda: batch_range(x, per_axis=True))
+            expected = run_on("scalar", lambda: batch_range(x, per_axis=True))
+            actual = run_on(isa, lambda: batch_range(x, per_axis=True))
             assert_range(actual, expected)
             assert_range(actual, reference(x, True))
 
@@ -135,9 +117,9 @@ def test_every_position_and_lane(isa, channels):
         for i in [*range(min(n, 260)), *range(max(260, n - 20), n)]:
             x = base.copy()
             x.reshape(-1)[i] = value
-            assert_range(_on(isa, lambda: batch_range(x, per_axis=True)), reference(x, True))
+            assert_range(run_on(isa, lambda: batch_range(x, per_axis=True)), reference(x, True))
             if channels == 1:
-                assert_range(_on(isa, lambda: batch_range(x)), reference(x, False))
+                assert_range(run_on(isa, lambda: batch_range(x)), reference(x, False))
 
 
 def test_large_and_threads_identical():
@@ -153,7 +135,7 @@ def test_large_and_threads_identical():
         expected = reference(x, per_axis)
         for isa_name in fqcore.available_isas():
             for threads in (1, 2, 3, 4):
-                actual = _with_threads(threads, lambda: _on(isa_name, lambda: batch_range(x, per_axis)))
+                actual = run_on(isa_name, lambda: batch_range(x, per_axis), threads)
                 assert_range(actual, expected)
 
 
@@ -172,17 +154,17 @@ def test_nan_propagates_as_one_quiet_nan(isa):
             for at in sorted({0, rows // 2, rows - 1}):
                 x = np.random.default_rng(int(bits) % 1000 + rows).uniform(-3, 3, (rows, 19)).astype(np.float32)
                 x[at, 7] = nan
-                lo, hi = _on(isa, lambda: batch_range(x, per_axis=True))
+                lo, hi = run_on(isa, lambda: batch_range(x, per_axis=True))
                 assert lo.view(np.uint32)[7] == NAN_BITS and hi.view(np.uint32)[7] == NAN_BITS
                 assert not np.isnan(np.delete(lo, 7)).any() and not np.isnan(np.delete(hi, 7)).any()
-                lo, hi = _on(isa, lambda: batch_range(x))
+                lo, hi = run_on(isa, lambda: batch_range(x))
                 assert lo.view(np.uint32) == NAN_BITS and hi.view(np.uint32) == NAN_BITS
 
 
 def test_infinities(isa):
     inf = np.inf
     x = _channels([[inf, inf, inf], [-inf, -inf, -inf], [inf, -inf, 0], [1, inf, 2], [-1, -inf, 3]])
-    lo, hi = _on(isa, lambda: batch_range(x, per_axis=True))
+    lo, hi = run_on(isa, lambda: batch_range(x, per_axis=True))
     assert_bits(lo, np.array([inf, -inf, -inf, 1, -inf], np.float32))
     assert_bits(hi, np.array([inf, -inf, inf, inf, 3], np.float32))
 
@@ -205,10 +187,10 @@ def test_signed_zeros_ignore_order(isa):
             for shift in range(3):
                 col = np.roll(column, shift)
                 x = np.repeat(col[:, None], 20, axis=1)  # 20 channels: lanes and tails
-                lo, hi = _on(isa, lambda: batch_range(x, per_axis=True))
+                lo, hi = run_on(isa, lambda: batch_range(x, per_axis=True))
                 assert_bits(lo, np.full(20, lo_expected, np.float32))
                 assert_bits(hi, np.full(20, hi_expected, np.float32))
-                lo, hi = _on(isa, lambda: batch_range(col))
+                lo, hi = run_on(isa, lambda: batch_range(col))
                 assert_bits(lo, np.float32(lo_expected).reshape(()))
                 assert_bits(hi, np.float32(hi_expected).reshape(()))
 
@@ -230,7 +212,7 @@ def test_denormals_read_as_signed_zeros(isa):
     ]
     for values, (lo_expected, hi_expected) in cases:
         x = np.repeat(np.resize(np.array(values, np.float32), 37)[:, None], 9, axis=1)
-        lo, hi = _on(isa, lambda: batch_range(x, per_axis=True))
+        lo, hi = run_on(isa, lambda: batch_range(x, per_axis=True))
         assert_bits(lo, np.full(9, lo_expected, np.float32))
         assert_bits(hi, np.full(9, hi_expected, np.float32))
 
@@ -252,16 +234,16 @@ def test_empty():
 def test_matches_model(x, per_axis):
     expected = reference(x, per_axis)
     for isa_name in fqcore.available_isas():
-        assert_range(_on(isa_name, lambda: batch_range(x, per_axis)), expected)
+        assert_range(run_on(isa_name, lambda: batch_range(x, per_axis)), expected)
 
 
 def test_random_against_numpy(isa):
     rng = np.random.default_rng(11)
     for shape in ((1000,), (257, 31), (64, 3, 3, 96), (5, 7, 1000)):
         x = (rng.standard_normal(shape) * 10).astype(np.float32)
-        lo, hi = _on(isa, lambda: batch_range(x))
+        lo, hi = run_on(isa, lambda: batch_range(x))
         assert lo == x.min() and hi == x.max()
-        lo, hi = _on(isa, lambda: batch_range(x, per_axis=True))
+        lo, hi = run_on(isa, lambda: batch_range(x, per_axis=True))
         axes = tuple(range(x.ndim - 1))
         np.testing.assert_array_equal(lo, x.min(axis=axes))
         np.testing.assert_array_equal(hi, x.max(axis=axes))
@@ -311,7 +293,7 @@ def test_non_contiguous_and_misaligned_inputs(isa):
     views.append(misaligned)
     for v in views:
         for per_axis in (False, True):
-            actual = _on(isa, lambda: batch_range(v, per_axis))
+            actual = run_on(isa, lambda: batch_range(v, per_axis))
             assert_range(actual, reference(np.ascontiguousarray(v), per_axis))
 
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "../common/parallel.h"
+#include "../common/period.h"
 #include "../common/runtime.h"
 #include "bn_walk.h"
 
@@ -38,21 +39,8 @@ static const fq_bn_kernels *active_kernels(void) {
 
 static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
-static size_t gcd(size_t a, size_t b) {
-    while (b != 0) {
-        const size_t r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
 static int is_channels_last(const fq_bn_walk *w) { return w->shape.layout == FQ_BN_CHANNELS_LAST; }
 
-static size_t period_of(size_t channels) {
-    const size_t padded = channels / gcd(channels, FQ_BN_LANES) * FQ_BN_LANES;
-    return padded <= BN_MAX_PADDED_PERIOD ? padded : channels;
-}
 
 void fq_bn_walk_init(fq_bn_walk *walk, fq_dtype dtype, fq_bn_shape shape) {
     walk->kernels = active_kernels();
@@ -149,7 +137,7 @@ static fq_status sums_first(sums_job *job, const double *center, double *sum_a, 
 static fq_status sums_last(sums_job *job, const double *center, double *sum_a, double *sum_b) {
     const fq_bn_walk *w = job->walk;
     const size_t channels = w->shape.channels;
-    job->period = period_of(channels);
+    job->period = fq_padded_period(channels, BN_MAX_PADDED_PERIOD);
     job->periods = ceil_div(w->count, job->period);
     job->blocks = job->periods / BN_MIN_BLOCK_PERIODS;
     if (job->blocks < 1) job->blocks = 1;
@@ -258,7 +246,7 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
     if (w->count == 0) return FQ_OK;
     const size_t channels = w->shape.channels;
     const int last = is_channels_last(w);
-    const size_t period = last ? period_of(channels) : FQ_BN_LANES;
+    const size_t period = last ? fq_padded_period(channels, BN_MAX_PADDED_PERIOD) : FQ_BN_LANES;
     const size_t entries = period + FQ_BN_LANES, copies = last ? 1 : channels;
     float *tables = malloc(sizeof(float) * 4 * entries * copies);
     if (tables == NULL) return FQ_ERR_NO_MEMORY;

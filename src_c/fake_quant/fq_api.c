@@ -5,6 +5,7 @@
 #include "../include/fqcore.h"
 #include "../common/fpenv.h"
 #include "../common/parallel.h"
+#include "../common/period.h"
 #include "../common/runtime.h"
 #include "fq_kernels.h"
 
@@ -193,19 +194,6 @@ fq_status fq_f32_vars_grad(const float *g, const float *x, float *dx, size_t n, 
 
 /* ---- Per-channel ops ---- */
 
-/* The period P: the channel count, or its least common multiple with 16 when that is short, so
-   that a vector loop over positions never straddles a period for small channel counts. */
-static size_t channel_period(size_t channels) {
-    size_t a = channels, b = 16;
-    while (b != 0) {
-        const size_t r = a % b;
-        a = b;
-        b = r;
-    }
-    const size_t padded = channels / a * 16;
-    return padded <= FQ_CHANNEL_MAX_PADDED_PERIOD ? padded : channels;
-}
-
 /* Spacing, in doubles, of the min and max partial sums of a period: a cache line more than the
    period, so that at a 4 KiB period they do not fall in the same L1 set as each other and as the
    rows of the data (which are 4 KiB apart too). */
@@ -224,7 +212,7 @@ typedef struct {
 
 static fq_status setup_channels(channel_setup *s, size_t channels, const float *min,
                                 const float *max, int num_bits, int narrow_range) {
-    const size_t period = channel_period(channels);
+    const size_t period = fq_padded_period(channels, FQ_CHANNEL_MAX_PADDED_PERIOD);
     const size_t floats = ceil_div(period, FQ_GRID_CHUNK) * FQ_GRID_CHUNK * FQ_GRID_PARAMS;
     s->storage = malloc(floats * sizeof(float) + channels);
     if (s->storage == NULL) return FQ_ERR_NO_MEMORY;

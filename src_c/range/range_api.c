@@ -6,6 +6,7 @@
 
 #include "../include/fqcore.h"
 #include "../common/parallel.h"
+#include "../common/period.h"
 #include "../common/runtime.h"
 #include "range_kernels.h"
 
@@ -177,18 +178,6 @@ static fq_status range_flat(const fq_range_kernels *k, const float *x, size_t n,
 
 /* ---- Walk by rows of a period: every other channel count. ---- */
 
-/* The channel count, or its least common multiple with 16 when that is short, so that vectors of
-   positions never straddle a period for small channel counts. */
-static size_t range_period(size_t channels) {
-    size_t a = channels, b = 16;
-    while (b != 0) {
-        const size_t r = a % b;
-        a = b;
-        b = r;
-    }
-    const size_t padded = channels / a * 16;
-    return padded <= FQ_RANGE_MAX_PADDED_PERIOD ? padded : channels;
-}
 
 /* Items are tiles of row chunks (each its own accumulator set) by position chunks (disjoint
    positions of that set). */
@@ -213,7 +202,8 @@ static void rows_item(void *context, size_t item) {
 
 static fq_status range_rows(const fq_range_kernels *k, const float *x, size_t n, size_t channels,
                             float *min, float *max) {
-    const size_t period = range_period(channels), rows = n / period, rest = n % period;
+    const size_t period = fq_padded_period(channels, FQ_RANGE_MAX_PADDED_PERIOD);
+    const size_t rows = n / period, rest = n % period;
     const int threads = fq_runtime_threads_for(n, ceil_div(n, FQ_RANGE_FLAT_ALIGN));
     rows_job job = {k, x, period, rows, rows, period, 1, NULL};
     size_t row_items = 1;
