@@ -65,11 +65,12 @@ BN_INLINE void sums_one(const void *dy, const void *x, fq_dtype dtype, size_t i,
    walks the group's rows, which stay in L1 for the next strip. */
 #define BN_GROUP_ELEMENTS ((size_t)2048)
 
-/* A period wider than one strip is walked a few rows at a time, strip by strip. Measured on Zen 4
-   with data beyond L2: moments (one input) are fastest 8 rows at a time, the gradient sums (two
-   inputs) row by row, where their strided walk over two arrays stalls. */
-#define BN_WIDE_ROWS_MOMENTS ((size_t)8)
-#define BN_WIDE_ROWS_GRADIENT ((size_t)1)
+/* A period wider than one strip is walked strip by strip down all the rows of a call, prefetching
+   BN_PREFETCH_ROWS rows ahead; except for the gradient sums (two inputs) of a call larger than
+   BN_STRIDED_GRADIENT_MAX elements, which go row by row: measured on Zen 4, their strided walk over
+   two arrays stalls once the data is beyond L2. (Either way each position adds its rows in order.) */
+#define BN_PREFETCH_ROWS ((size_t)8)
+#define BN_STRIDED_GRADIENT_MAX ((size_t)32768)
 
 /* BN_W elements at i as two float64 vectors. */
 BN_INLINE void widen(const void *base, size_t i, fq_dtype dtype, bn_vd *lo, bn_vd *hi) {
@@ -95,8 +96,19 @@ BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t 
         a[h] = bn_load_d(sum_a + p + (size_t)h * (BN_W / 2));
         b[h] = bn_load_d(sum_b + p + (size_t)h * (BN_W / 2));
     }
+    const size_t size = dtype == FQ_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    const int vectors_a_line = 64 / (BN_W * (int)size) > 0 ? 64 / (BN_W * (int)size) : 1;
     for (size_t r = 0; r < rows; ++r) {
         const size_t i = base + r * period + p;
+        /* A strip narrower than its period reads rows a period apart, which the hardware
+           prefetchers do not follow: ask for the strip's lines some rows ahead. */
+        if (period > (size_t)vectors * BN_W && r + BN_PREFETCH_ROWS < rows) {
+            const size_t ahead = (i + BN_PREFETCH_ROWS * period) * size;
+            for (int v = 0; v < vectors; v += vectors_a_line) {
+                __builtin_prefetch((const char *)x + ahead + (size_t)v * BN_W * size);
+                if (dy != NULL) __builtin_prefetch((const char *)dy + ahead + (size_t)v * BN_W * size);
+            }
+        }
         for (int v = 0; v < vectors; ++v) {
             bn_vd lo, hi, glo, ghi;
             widen(x, i + (size_t)v * BN_W, dtype, &lo, &hi);
@@ -149,9 +161,9 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
                          size_t run_stride, size_t count, size_t period, const double *center,
                          double *sum_a, double *sum_b, size_t table_stride) {
     const size_t rows = count / period;
-    const size_t group = period <= BN_STRIP_VECTORS * BN_W ? BN_GROUP_ELEMENTS / period
-                         : dy == NULL                      ? BN_WIDE_ROWS_MOMENTS
-                                                           : BN_WIDE_ROWS_GRADIENT;
+    const size_t group = period <= BN_STRIP_VECTORS * BN_W                   ? BN_GROUP_ELEMENTS / period
+                         : dy != NULL && runs * count > BN_STRIDED_GRADIENT_MAX ? 1
+                                                                                : rows + 1;
     for (size_t j = 0; j < runs; ++j) {
         const size_t run = j * run_stride, t = j * table_stride;
         const double *c = center + t;
