@@ -12,10 +12,16 @@ def _work(seed):
     x = rng.uniform(-8, 8, (300, 1000)).astype(np.float32)
     g = rng.standard_normal(x.shape).astype(np.float32)
     lim = np.full(1000, 6.0, np.float32)
+    images = x.reshape(3, 10, 10, 1000)
+    scale = rng.standard_normal(1000).astype(np.float32)
+    forward = fqcore.fused_batch_norm(images, scale, scale)
     return [np.asarray(v) for v in (
         fqcore.fake_quant_with_min_max_args(x),
         *fqcore.fake_quant_with_min_max_vars_gradient(g, x, -6.0, 6.0),
         *fqcore.fake_quant_with_min_max_vars_per_channel_gradient(g, x, -lim, lim),
+        *forward[:5],
+        *fqcore.fused_batch_norm_grad(g.reshape(images.shape), images, scale, forward.reserve_space_1,
+                                      forward.reserve_space_2)[:3],
     )]
 
 
