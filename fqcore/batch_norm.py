@@ -47,7 +47,7 @@ def _elements(value, name):
     if code is None or not dtype.isnative:
         raise TypeError(f"{name} must be a float32, float16 or bfloat16 array (native byte order), "
                         f"got dtype {dtype}")
-    return np.ascontiguousarray(value), code
+    return _contiguous(value), code
 
 
 def _bytes(array):
@@ -64,7 +64,13 @@ def _per_channel(value, name, channels, required=True):
     if array.ndim != 1 or array.shape[0] != channels:
         raise ValueError(f"{name} must have the same number of elements as the channels of x, "
                          f"got {array.size if array.ndim == 1 else array.shape} and {channels}")
-    return np.ascontiguousarray(array)
+    return _contiguous(array)
+
+
+def _contiguous(array):
+    """A C-contiguous, aligned array: np.ascontiguousarray keeps a misaligned buffer as it is, and C
+    may assume float pointers are aligned."""
+    return np.ascontiguousarray(array) if array.flags.aligned else array.copy()
 
 
 def _empty_vector():

@@ -97,3 +97,21 @@ def test_misaligned_and_strided_inputs_match_contiguous_copies(isa):
         actual = fqcore.fused_batch_norm(view, scale, offset)
         for a, e in zip(actual, expected):
             assert np.array_equal(a, e, equal_nan=True)
+
+
+def test_unaligned_buffers_are_copied_not_read_misaligned(isa):
+    """A float32 array one byte off its alignment (np.frombuffer at an odd offset) is copied before C
+    reads it; the results equal those of an aligned copy."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(2, 3, 3, 5)).astype(np.float32)
+    scale = rng.normal(size=5).astype(np.float32)
+    raw = bytearray(x.nbytes + scale.nbytes + 2)
+    odd_x = np.frombuffer(raw, np.float32, x.size, offset=1).reshape(x.shape)
+    odd_scale = np.frombuffer(raw, np.float32, 5, offset=1 + x.nbytes)
+    odd_x[...] = x
+    odd_scale[...] = scale
+    assert not odd_x.flags.aligned and not odd_scale.flags.aligned
+    expected = fqcore.fused_batch_norm(x, scale, scale)
+    actual = fqcore.fused_batch_norm(odd_x, odd_scale, odd_scale)
+    for a, e in zip(actual, expected):
+        assert np.array_equal(a, e)
