@@ -56,6 +56,12 @@ static inline void bn_store_partial_f16(uint16_t *p, size_t n, bn_vf v) {
 static inline void bn_store_partial_bf16(uint16_t *p, size_t n, bn_vf v) {
     _mm256_mask_storeu_epi16(p, bn_lanes(n), bn_bf16_bits(v));
 }
+static inline __m512d bn_add_d_n(__m512d acc, __m512d v, size_t n) {
+    return _mm512_mask_add_pd(acc, (__mmask8)((1u << n) - 1u), acc, v);
+}
+static inline __m512d bn_fma_d_n(__m512d a, __m512d b, __m512d acc, size_t n) {
+    return _mm512_mask3_fmadd_pd(a, b, acc, (__mmask8)((1u << n) - 1u));
+}
 static inline bn_vf bn_add_f(bn_vf a, bn_vf b) { return _mm512_add_ps(a, b); }
 static inline bn_vf bn_sub_f(bn_vf a, bn_vf b) { return _mm512_sub_ps(a, b); }
 static inline bn_vf bn_mul_f(bn_vf a, bn_vf b) { return _mm512_mul_ps(a, b); }

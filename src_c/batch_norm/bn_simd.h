@@ -12,7 +12,9 @@
      bn_load_f32_d         BN_W / 2 floats -> bn_vd (one convert, no lane shuffle)
      bn_load_d, bn_store_d, bn_add_d, bn_sub_d, bn_fma_d (a * b + c, rounded once)
      BN_HAS_PARTIAL        optional: bn_load_partial_f32/f16/bf16(p, n) and
-                           bn_store_partial_f32/f16/bf16(p, n, v) for the first n < BN_W lanes
+                           bn_store_partial_f32/f16/bf16(p, n, v) for the first n < BN_W lanes;
+                           bn_add_d_n(acc, v, n), bn_fma_d_n(a, b, acc, n): the operation in the
+                           first n lanes, acc unchanged in the others
      bn_stream_f32         a non-temporal store of a bn_vf to a BN_STREAM_ALIGN-byte aligned
                            address (a plain store where the ISA has none); bn_stream_fence()
                            orders those stores before the kernel returns
@@ -45,6 +47,33 @@ BN_INLINE void bn_store(void *base, size_t i, fq_dtype dtype, bn_vf v) {
     }
 }
 
+/* The elements [i, i + n) of a vector, n <= BN_W; an ISA with partial vectors (BN_HAS_PARTIAL)
+   loads the lanes past n as zeros without touching their memory, and does not store them. */
+BN_INLINE bn_vf bn_load_n(const void *base, size_t i, size_t n, fq_dtype dtype) {
+#ifdef BN_HAS_PARTIAL
+    if (n < BN_W) {
+        switch (dtype) {
+        case FQ_DTYPE_F16: return bn_load_partial_f16((const uint16_t *)base + i, n);
+        case FQ_DTYPE_BF16: return bn_load_partial_bf16((const uint16_t *)base + i, n);
+        default: return bn_load_partial_f32((const float *)base + i, n);
+        }
+    }
+#else
+    (void)n;
+#endif
+    return bn_load(base, i, dtype);
+}
+
+#ifdef BN_HAS_PARTIAL
+BN_INLINE void store_n(void *out, size_t i, size_t n, fq_dtype dtype, bn_vf v) {
+    switch (dtype) {
+    case FQ_DTYPE_F16: bn_store_partial_f16((uint16_t *)out + i, n, v); break;
+    case FQ_DTYPE_BF16: bn_store_partial_bf16((uint16_t *)out + i, n, v); break;
+    default: bn_store_partial_f32((float *)out + i, n, v); break;
+    }
+}
+#endif
+
 /* ---- Sums: strips of vectors of positions, down groups of periods ---- */
 
 /* One element through the scalar formula of the sums. */
@@ -64,6 +93,31 @@ BN_INLINE void sums_one(const void *dy, const void *x, fq_dtype dtype, size_t i,
 /* Rows of a period are summed in groups of about this many elements: each strip of positions
    walks the group's rows, which stay in L1 for the next strip. */
 #define BN_GROUP_ELEMENTS ((size_t)2048)
+
+#ifdef BN_HAS_PARTIAL
+/* Lanes [0, n) of the vector at element i, position p, added into the accumulators in memory with
+   the scalar formula's operations; the other lanes are left alone. */
+BN_INLINE void sums_partial(const void *dy, const void *x, fq_dtype dtype, size_t i, size_t n,
+                            size_t p, const double *center, double *sum_a, double *sum_b) {
+    const size_t low = n < BN_W / 2 ? n : BN_W / 2, high = n - low;
+    const bn_vf xv = bn_load_n(x, i, n, dtype);
+    const bn_vd lo = bn_sub_d(bn_low_d(xv), bn_load_d(center + p));
+    const bn_vd hi = bn_sub_d(bn_high_d(xv), bn_load_d(center + p + BN_W / 2));
+    bn_vd glo = lo, ghi = hi;
+    if (dy != NULL) {
+        const bn_vf gv = bn_load_n(dy, i, n, dtype);
+        glo = bn_low_d(gv);
+        ghi = bn_high_d(gv);
+    }
+    double *a = sum_a + p, *b = sum_b + p;
+    bn_store_d(a, bn_add_d_n(bn_load_d(a), glo, low));
+    bn_store_d(b, bn_fma_d_n(glo, lo, bn_load_d(b), low));
+    if (high > 0) {
+        bn_store_d(a + BN_W / 2, bn_add_d_n(bn_load_d(a + BN_W / 2), ghi, high));
+        bn_store_d(b + BN_W / 2, bn_fma_d_n(ghi, hi, bn_load_d(b + BN_W / 2), high));
+    }
+}
+#endif
 
 /* A period wider than one strip is walked strip by strip down all the rows of a call, prefetching
    BN_PREFETCH_ROWS rows ahead; except for the gradient sums (two inputs) of a call larger than
@@ -176,9 +230,14 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
                 for (size_t q = rest; q < period; ++q)
                     sums_one(dy, x, dtype, first + r * period + q, q, c, a, b);
         }
-        /* The run's cut-short last period. */
-        for (size_t i = run + rows * period, q = 0; i < run + count; ++i, ++q)
-            sums_one(dy, x, dtype, i, q, c, a, b);
+        /* The run's cut-short last period: partial vectors where the ISA has them and the
+           accumulators of a whole vector exist, the scalar formula for the rest. */
+        size_t q = 0;
+#ifdef BN_HAS_PARTIAL
+        for (const size_t cut = count - rows * period; q < cut && q + BN_W <= period; q += BN_W)
+            sums_partial(dy, x, dtype, run + rows * period + q, cut - q < BN_W ? cut - q : BN_W, q, c, a, b);
+#endif
+        for (size_t i = run + rows * period + q; i < run + count; ++i, ++q) sums_one(dy, x, dtype, i, q, c, a, b);
     }
 }
 
@@ -186,32 +245,7 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
 
 typedef enum { BN_NORMALIZE, BN_BACKPROP, BN_SCALE } bn_pass;
 
-/* The elements [i, i + n) of a vector, n <= BN_W; an ISA with partial vectors (BN_HAS_PARTIAL)
-   loads the lanes past n as zeros without touching their memory, and does not store them. */
-BN_INLINE bn_vf bn_load_n(const void *base, size_t i, size_t n, fq_dtype dtype) {
-#ifdef BN_HAS_PARTIAL
-    if (n < BN_W) {
-        switch (dtype) {
-        case FQ_DTYPE_F16: return bn_load_partial_f16((const uint16_t *)base + i, n);
-        case FQ_DTYPE_BF16: return bn_load_partial_bf16((const uint16_t *)base + i, n);
-        default: return bn_load_partial_f32((const float *)base + i, n);
-        }
-    }
-#else
-    (void)n;
-#endif
-    return bn_load(base, i, dtype);
-}
 
-#ifdef BN_HAS_PARTIAL
-BN_INLINE void store_n(void *out, size_t i, size_t n, fq_dtype dtype, bn_vf v) {
-    switch (dtype) {
-    case FQ_DTYPE_F16: bn_store_partial_f16((uint16_t *)out + i, n, v); break;
-    case FQ_DTYPE_BF16: bn_store_partial_bf16((uint16_t *)out + i, n, v); break;
-    default: bn_store_partial_f32((float *)out + i, n, v); break;
-    }
-}
-#endif
 
 /* Lanes [0, n) of the pass's formula at element i, position p (the tables extend past the
    period, so whole table vectors are always in bounds). */
