@@ -90,10 +90,6 @@ BN_INLINE void sums_one(const void *dy, const void *x, fq_dtype dtype, size_t i,
     }
 }
 
-/* Rows of a period are summed in groups of about this many elements: each strip of positions
-   walks the group's rows, which stay in L1 for the next strip. */
-#define BN_GROUP_ELEMENTS ((size_t)2048)
-
 #ifdef BN_HAS_PARTIAL
 /* Lanes [0, n) of the vector at element i, position p, added into the accumulators in memory with
    the scalar formula's operations; the other lanes are left alone. */
@@ -215,9 +211,8 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
                          size_t run_stride, size_t count, size_t period, const double *center,
                          double *sum_a, double *sum_b, size_t table_stride) {
     const size_t rows = count / period;
-    const size_t group = period <= BN_STRIP_VECTORS * BN_W                   ? BN_GROUP_ELEMENTS / period
-                         : dy != NULL && runs * count > BN_STRIDED_GRADIENT_MAX ? 1
-                                                                                : rows + 1;
+    const int wide = period > BN_STRIP_VECTORS * BN_W;
+    const size_t group = wide && dy != NULL && runs * count > BN_STRIDED_GRADIENT_MAX ? 1 : rows + 1;
     for (size_t j = 0; j < runs; ++j) {
         const size_t run = j * run_stride, t = j * table_stride;
         const double *c = center + t;
