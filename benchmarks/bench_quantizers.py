@@ -115,23 +115,6 @@ class TimeQuantizerIsa(_Quantizers):
         self.train()
 
 
-class TimeNumpyAdd:
-    """np.add(a, b, out=c) on the same n: the yardstick (12 bytes moved per element)."""
-
-    params = [SIZES]
-    param_names = ["n"]
-
-    def setup(self, n):
-        rng = np.random.default_rng(7)
-        self.a = rng.random(n, dtype=np.float32)
-        self.b = rng.random(n, dtype=np.float32)
-        self.c = np.empty(n, np.float32)
-        np.add(self.a, self.b, out=self.c)
-
-    def time_add(self, n):
-        np.add(self.a, self.b, out=self.c)
-
-
 class TrackQuantizerVsAdd(_Quantizers):
     """The issue's ratios on one thread, best ISA: training call / np.add and gradient / np.add
     (target for the training call: <= 1.5)."""

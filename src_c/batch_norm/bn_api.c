@@ -22,9 +22,14 @@ static fq_status check_shape(const void *x, fq_dtype dtype, fq_bn_shape shape, c
     return FQ_OK;
 }
 
-static int any_null(size_t channels, const void *a, const void *b, const void *c, const void *d) {
-    return channels > 0 && (a == NULL || b == NULL || c == NULL || d == NULL);
+/* 1 when there are channels and one of the `count` per-channel arrays is NULL. */
+static int any_null(size_t channels, const void *const *arrays, size_t count) {
+    for (size_t i = 0; channels > 0 && i < count; ++i)
+        if (arrays[i] == NULL) return 1;
+    return 0;
 }
+
+#define COUNT_OF(array) (sizeof(array) / sizeof((array)[0]))
 
 /* One call's state: per-channel scratch (two float64 sums, the centers, four float32 tables), the
    walk over the data, and the floating-point mode to restore. */
@@ -86,9 +91,10 @@ fq_status fq_bn_forward_training(const void *x, fq_dtype dtype, fq_bn_shape shap
     if (status != FQ_OK) return status;
     const size_t channels = shape.channels;
     const int running = exponential_avg_factor != 1.0f;
-    if (any_null(channels, scale, offset, batch_mean, batch_variance) ||
-        any_null(channels, saved_mean, saved_variance, running ? mean_in : scale,
-                 running ? variance_in : scale))
+    const void *const required[] = {scale, offset, batch_mean, batch_variance, saved_mean, saved_variance};
+    const void *const running_in[] = {mean_in, variance_in};
+    if (any_null(channels, required, COUNT_OF(required)) ||
+        (running && any_null(channels, running_in, COUNT_OF(running_in))))
         return FQ_ERR_NULL_POINTER;
     call pc;
     if ((status = call_begin(&pc, dtype, shape)) != FQ_OK) return status;
@@ -131,7 +137,8 @@ fq_status fq_bn_forward_inference(const void *x, fq_dtype dtype, fq_bn_shape sha
     fq_status status = check_shape(x, dtype, shape, y);
     if (status != FQ_OK) return status;
     const size_t channels = shape.channels;
-    if (any_null(channels, scale, offset, mean, variance)) return FQ_ERR_NULL_POINTER;
+    const void *const required[] = {scale, offset, mean, variance};
+    if (any_null(channels, required, COUNT_OF(required))) return FQ_ERR_NULL_POINTER;
     call pc;
     if ((status = call_begin(&pc, dtype, shape)) != FQ_OK) return status;
     for (size_t c = 0; c < channels; ++c) {
@@ -150,9 +157,9 @@ fq_status fq_bn_grad(const void *y_backprop, const void *x, fq_dtype dtype, fq_b
     fq_status status = check_shape(x, dtype, shape, x_backprop);
     if (status != FQ_OK) return status;
     const size_t channels = shape.channels;
+    const void *const required[] = {scale, mean, variance, scale_backprop, offset_backprop};
     if ((shape.outer * shape.inner * channels > 0 && y_backprop == NULL) ||
-        any_null(channels, scale, mean, variance, scale_backprop) ||
-        any_null(channels, offset_backprop, scale, scale, scale))
+        any_null(channels, required, COUNT_OF(required)))
         return FQ_ERR_NULL_POINTER;
     call pc;
     if ((status = call_begin(&pc, dtype, shape)) != FQ_OK) return status;

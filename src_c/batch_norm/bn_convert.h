@@ -68,6 +68,11 @@ static inline uint16_t fq_f32_to_bf16(float f) {
     return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
+/* Bytes an element of `dtype` takes. */
+static inline size_t fq_dtype_size(fq_dtype dtype) {
+    return dtype == FQ_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+}
+
 /* Element i of an array of `dtype`, as float32. */
 static inline float fq_load_element(const void *data, size_t i, fq_dtype dtype) {
     switch (dtype) {

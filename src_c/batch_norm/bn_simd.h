@@ -146,7 +146,7 @@ BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t 
         a[h] = bn_load_d(sum_a + p + (size_t)h * (BN_W / 2));
         b[h] = bn_load_d(sum_b + p + (size_t)h * (BN_W / 2));
     }
-    const size_t size = dtype == FQ_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    const size_t size = fq_dtype_size(dtype);
     const int vectors_a_line = 64 / (BN_W * (int)size) > 0 ? 64 / (BN_W * (int)size) : 1;
     for (size_t r = 0; r < rows; ++r) {
         const size_t i = base + r * period + p;
@@ -296,7 +296,7 @@ BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out,
         /* A partial first vector, so that the loads (and streamed stores) that follow are aligned:
            a load that spans two cache lines costs two. */
         {
-            const size_t size = dtype == FQ_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+            const size_t size = fq_dtype_size(dtype);
             const uintptr_t address = (uintptr_t)(stream ? out : x != NULL ? x : dy) + i * size;
             const size_t head = (BN_W * size - address % (BN_W * size)) % (BN_W * size) / size;
             if (head > 0 && address % size == 0 && i + head <= end) {

@@ -5,6 +5,7 @@
 #include "../common/parallel.h"
 #include "../common/period.h"
 #include "../common/runtime.h"
+#include "bn_convert.h"
 #include "bn_walk.h"
 
 /* Channels-last channel counts are padded to a period that fills whole 16-lane vectors (lcm(C, 16))
@@ -41,11 +42,10 @@ static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
 static int is_channels_last(const fq_bn_walk *w) { return w->shape.layout == FQ_BN_CHANNELS_LAST; }
 
-
 void fq_bn_walk_init(fq_bn_walk *walk, fq_dtype dtype, fq_bn_shape shape) {
     walk->kernels = active_kernels();
     walk->dtype = dtype;
-    walk->element_size = dtype == FQ_DTYPE_F32 ? sizeof(float) : sizeof(unsigned short);
+    walk->element_size = fq_dtype_size(dtype);
     /* [N, C, 1] is [N, 1, C] in memory. */
     if (shape.layout == FQ_BN_CHANNELS_FIRST && shape.inner == 1) {
         shape.layout = FQ_BN_CHANNELS_LAST;
@@ -254,8 +254,7 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
     for (size_t copy = 0; copy < copies; ++copy)
         for (size_t k = 0; k < 4; ++k)
             for (size_t e = 0; e < entries; ++e)
-                tables[(4 * copy + k) * entries + e] =
-                    params[k] == NULL ? 0.0f : params[k][last ? e % period % channels : copy];
+                tables[(4 * copy + k) * entries + e] = params[k][last ? e % period % channels : copy];
     const size_t arrays = pass == FQ_BN_BACKPROP ? 3 : 2;
     elementwise_job job = {w, pass, dy, x, out, period, 0,
                            w->count * w->element_size * arrays >= BN_STREAM_MIN_BYTES, tables};

@@ -27,7 +27,8 @@ fq_status fq_bn_walk_sums(const fq_bn_walk *walk, const void *dy, const void *x,
 typedef enum { FQ_BN_NORMALIZE, FQ_BN_BACKPROP, FQ_BN_SCALE } fq_bn_pass;
 
 /* out = the pass's formula over every element with the per-channel constants of `per_channel`
-   (tables indexed by channel): NORMALIZE reads x, BACKPROP dy and x, SCALE dy. */
+   (four tables of `channels` floats, all present whatever the pass reads): NORMALIZE reads x,
+   BACKPROP dy and x, SCALE dy. */
 fq_status fq_bn_walk_elementwise(const fq_bn_walk *walk, fq_bn_pass pass, const void *dy,
                                  const void *x, void *out, const fq_bn_table *per_channel);
 
