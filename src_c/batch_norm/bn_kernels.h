@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "../include/fqcore.h"
+#include "bn_convert.h"
 
 /* Every kernel walks `runs` runs of `count` consecutive elements, run j starting at element
    j * run_stride. A run starts at position 0 of a period of `period` positions (its last period
@@ -31,6 +32,23 @@ static inline float fq_bn_normalize_one(float x, float mean_hi, float mean_lo, f
 static inline float fq_bn_backprop_one(float dy, float x, float dy_mean, float mean, float k1,
                                        float k2) {
     return ((dy - dy_mean) - (x - mean) * k1) * k2;
+}
+
+/* The three elementwise passes: y from x (NORMALIZE), dx from dy and x (BACKPROP), dx from dy
+   (SCALE). */
+typedef enum { FQ_BN_NORMALIZE, FQ_BN_BACKPROP, FQ_BN_SCALE } fq_bn_pass;
+
+/* Element i (position p) of a pass, with the scalar formulas. */
+static inline float fq_bn_pass_one(fq_bn_pass pass, const void *dy, const void *x, fq_dtype dtype,
+                                   size_t i, const fq_bn_table *t, size_t p) {
+    switch (pass) {
+    case FQ_BN_NORMALIZE:
+        return fq_bn_normalize_one(fq_load_element(x, i, dtype), t->a[p], t->b[p], t->c[p], t->d[p]);
+    case FQ_BN_BACKPROP:
+        return fq_bn_backprop_one(fq_load_element(dy, i, dtype), fq_load_element(x, i, dtype),
+                                  t->a[p], t->b[p], t->c[p], t->d[p]);
+    default: return fq_load_element(dy, i, dtype) * t->a[p];
+    }
 }
 
 /* The tables of run j. */

@@ -33,26 +33,13 @@ static void grad_sums__scalar(const void *dy, const void *x, fq_dtype dtype, siz
     }
 }
 
-typedef enum { NORMALIZE, BACKPROP, SCALE } pass;
-
-static void pass__scalar(pass kind, const void *dy, const void *x, void *out, fq_dtype dtype,
+static void pass__scalar(fq_bn_pass pass, const void *dy, const void *x, void *out, fq_dtype dtype,
                          size_t runs, size_t run_stride, size_t count, size_t period,
                          const fq_bn_table *table, size_t table_stride) {
     for (size_t j = 0; j < runs; ++j) {
         const fq_bn_table t = fq_bn_table_of_run(table, j, table_stride);
         for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
-            float result;
-            switch (kind) {
-            case NORMALIZE:
-                result = fq_bn_normalize_one(fq_load_element(x, i, dtype), t.a[p], t.b[p], t.c[p], t.d[p]);
-                break;
-            case BACKPROP:
-                result = fq_bn_backprop_one(fq_load_element(dy, i, dtype), fq_load_element(x, i, dtype),
-                                            t.a[p], t.b[p], t.c[p], t.d[p]);
-                break;
-            default: result = fq_load_element(dy, i, dtype) * t.a[p]; break;
-            }
-            fq_store_element(out, i, dtype, result);
+            fq_store_element(out, i, dtype, fq_bn_pass_one(pass, dy, x, dtype, i, &t, p));
             if (++p == period) p = 0;
         }
     }
@@ -63,21 +50,21 @@ static void normalize__scalar(const void *x, void *y, fq_dtype dtype, size_t run
                               size_t run_stride, size_t count, size_t period,
                               const fq_bn_table *table, size_t table_stride, int stream) {
     (void)stream;
-    pass__scalar(NORMALIZE, NULL, x, y, dtype, runs, run_stride, count, period, table, table_stride);
+    pass__scalar(FQ_BN_NORMALIZE, NULL, x, y, dtype, runs, run_stride, count, period, table, table_stride);
 }
 
 static void backprop__scalar(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t runs,
                              size_t run_stride, size_t count, size_t period,
                              const fq_bn_table *table, size_t table_stride, int stream) {
     (void)stream;
-    pass__scalar(BACKPROP, dy, x, dx, dtype, runs, run_stride, count, period, table, table_stride);
+    pass__scalar(FQ_BN_BACKPROP, dy, x, dx, dtype, runs, run_stride, count, period, table, table_stride);
 }
 
 static void scale__scalar(const void *dy, void *dx, fq_dtype dtype, size_t runs, size_t run_stride,
                           size_t count, size_t period, const fq_bn_table *table,
                           size_t table_stride, int stream) {
     (void)stream;
-    pass__scalar(SCALE, dy, NULL, dx, dtype, runs, run_stride, count, period, table, table_stride);
+    pass__scalar(FQ_BN_SCALE, dy, NULL, dx, dtype, runs, run_stride, count, period, table, table_stride);
 }
 
 const fq_bn_kernels fq_bn__scalar = {moments__scalar, grad_sums__scalar, normalize__scalar,

@@ -238,22 +238,20 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
 
 /* ---- Elementwise passes: whole vectors, then the scalar formula ---- */
 
-typedef enum { BN_NORMALIZE, BN_BACKPROP, BN_SCALE } bn_pass;
-
 
 
 /* Lanes [0, n) of the pass's formula at element i, position p (the tables extend past the
    period, so whole table vectors are always in bounds). */
-BN_INLINE bn_vf pass_vector(bn_pass pass, const void *dy, const void *x, fq_dtype dtype, size_t i,
+BN_INLINE bn_vf pass_vector(fq_bn_pass pass, const void *dy, const void *x, fq_dtype dtype, size_t i,
                             size_t n, const fq_bn_table *t, size_t p) {
     switch (pass) {
-    case BN_NORMALIZE: {
+    case FQ_BN_NORMALIZE: {
         const bn_vf v = bn_load_n(x, i, n, dtype);
         return bn_add_f(bn_mul_f(bn_sub_f(bn_sub_f(v, bn_load_f32(t->a + p)), bn_load_f32(t->b + p)),
                                  bn_load_f32(t->c + p)),
                         bn_load_f32(t->d + p));
     }
-    case BN_BACKPROP: {
+    case FQ_BN_BACKPROP: {
         const bn_vf g = bn_load_n(dy, i, n, dtype);
         const bn_vf v = bn_load_n(x, i, n, dtype);
         const bn_vf centered = bn_sub_f(g, bn_load_f32(t->a + p));
@@ -264,17 +262,6 @@ BN_INLINE bn_vf pass_vector(bn_pass pass, const void *dy, const void *x, fq_dtyp
     }
 }
 
-BN_INLINE float pass_one(bn_pass pass, const void *dy, const void *x, fq_dtype dtype, size_t i,
-                         const fq_bn_table *t, size_t p) {
-    switch (pass) {
-    case BN_NORMALIZE:
-        return fq_bn_normalize_one(fq_load_element(x, i, dtype), t->a[p], t->b[p], t->c[p], t->d[p]);
-    case BN_BACKPROP:
-        return fq_bn_backprop_one(fq_load_element(dy, i, dtype), fq_load_element(x, i, dtype),
-                                  t->a[p], t->b[p], t->c[p], t->d[p]);
-    default: return fq_load_element(dy, i, dtype) * t->a[p];
-    }
-}
 
 #define BN_STREAM_MIN_RUN ((size_t)1024)
 
@@ -282,7 +269,7 @@ BN_INLINE float pass_one(bn_pass pass, const void *dy, const void *x, fq_dtype d
    of a period reads the tables' repeated entries past it. Every input element of a vector is loaded
    before its outputs are stored, so out may be an input. Streamed float32 output starts with scalar
    elements up to the first aligned address. */
-BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out, fq_dtype dtype,
+BN_INLINE void pass_body(fq_bn_pass pass, const void *dy, const void *x, void *out, fq_dtype dtype,
                          size_t runs, size_t run_stride, size_t count, size_t period,
                          const fq_bn_table *table, size_t table_stride, int stream) {
     /* Runs too short to repay the scalar elements before the first aligned address are stored
@@ -308,7 +295,7 @@ BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out,
         }
 #endif
         for (; stream && i < end && (uintptr_t)((float *)out + i) % BN_STREAM_ALIGN != 0; ++i) {
-            fq_store_element(out, i, dtype, pass_one(pass, dy, x, dtype, i, &t, p));
+            fq_store_element(out, i, dtype, fq_bn_pass_one(pass, dy, x, dtype, i, &t, p));
             if (++p == period) p = 0;
         }
         for (; i + BN_W <= end; i += BN_W) {
@@ -325,7 +312,7 @@ BN_INLINE void pass_body(bn_pass pass, const void *dy, const void *x, void *out,
         if (i < end) store_n(out, i, end - i, dtype, pass_vector(pass, dy, x, dtype, i, end - i, &t, p));
 #else
         for (; i < end; ++i) {
-            fq_store_element(out, i, dtype, pass_one(pass, dy, x, dtype, i, &t, p));
+            fq_store_element(out, i, dtype, fq_bn_pass_one(pass, dy, x, dtype, i, &t, p));
             if (++p == period) p = 0;
         }
 #endif
@@ -374,19 +361,19 @@ static void BN_NAME(grad_sums)(const void *dy, const void *x, fq_dtype dtype, si
 static void BN_NAME(normalize)(const void *x, void *y, fq_dtype dtype, size_t runs,
                                size_t run_stride, size_t count, size_t period,
                                const fq_bn_table *table, size_t table_stride, int stream) {
-    BN_PASS(BN_NORMALIZE, NULL, x, y)
+    BN_PASS(FQ_BN_NORMALIZE, NULL, x, y)
 }
 
 static void BN_NAME(backprop)(const void *dy, const void *x, void *dx, fq_dtype dtype, size_t runs,
                               size_t run_stride, size_t count, size_t period,
                               const fq_bn_table *table, size_t table_stride, int stream) {
-    BN_PASS(BN_BACKPROP, dy, x, dx)
+    BN_PASS(FQ_BN_BACKPROP, dy, x, dx)
 }
 
 static void BN_NAME(scale)(const void *dy, void *dx, fq_dtype dtype, size_t runs, size_t run_stride,
                            size_t count, size_t period, const fq_bn_table *table,
                            size_t table_stride, int stream) {
-    BN_PASS(BN_SCALE, dy, NULL, dx)
+    BN_PASS(FQ_BN_SCALE, dy, NULL, dx)
 }
 
 const fq_bn_kernels BN_NAME(fq_bn) = {BN_NAME(moments), BN_NAME(grad_sums), BN_NAME(normalize),

@@ -24,8 +24,6 @@ void fq_bn_walk_init(fq_bn_walk *walk, fq_dtype dtype, fq_bn_shape shape);
 fq_status fq_bn_walk_sums(const fq_bn_walk *walk, const void *dy, const void *x,
                           const double *center, double *sum_a, double *sum_b);
 
-typedef enum { FQ_BN_NORMALIZE, FQ_BN_BACKPROP, FQ_BN_SCALE } fq_bn_pass;
-
 /* out = the pass's formula over every element with the per-channel constants of `per_channel`
    (four tables of `channels` floats, all present whatever the pass reads): NORMALIZE reads x,
    BACKPROP dy and x, SCALE dy. */
