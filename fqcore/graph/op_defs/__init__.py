@@ -1,0 +1,1 @@
+"""Op definitions, one file per family; importing them fills the op table."""

@@ -1,0 +1,231 @@
+"""Element-wise arithmetic, comparisons, reductions, MatMul and BiasAdd, with TF's gradients."""
+import numpy as np
+
+from ..op_registry import register
+from ._infer import binary, comparison, constant_value, like_input, unbroadcast
+
+
+def _binary_grad(dx, dy):
+    """A gradient from formulas for each operand, summed back to the operand's shape."""
+    def gradient(op, inputs, outputs, grads):
+        x, y = inputs
+        g = grads[0]
+        return [unbroadcast(np.asarray(dx(g, x, y, outputs[0])), np.shape(x)),
+                unbroadcast(np.asarray(dy(g, x, y, outputs[0])), np.shape(y))]
+    return gradient
+
+
+_add_grad = _binary_grad(lambda g, x, y, z: g, lambda g, x, y, z: g)
+
+
+@register("AddV2", binary, gradient=_add_grad)
+def add_v2(op, inputs, ctx):
+    return (np.add(inputs[0], inputs[1]),)
+
+
+@register("Add", binary, gradient=_add_grad)
+def add(op, inputs, ctx):
+    return (np.add(inputs[0], inputs[1]),)
+
+
+@register("Sub", binary, gradient=_binary_grad(lambda g, x, y, z: g, lambda g, x, y, z: -g))
+def sub(op, inputs, ctx):
+    return (np.subtract(inputs[0], inputs[1]),)
+
+
+@register("Mul", binary, gradient=_binary_grad(lambda g, x, y, z: g * y, lambda g, x, y, z: x * g))
+def mul(op, inputs, ctx):
+    return (np.multiply(inputs[0], inputs[1]),)
+
+
+@register("RealDiv", binary, gradient=_binary_grad(
+    lambda g, x, y, z: g / y, lambda g, x, y, z: g * ((-x / y) / y)))
+def real_div(op, inputs, ctx):
+    return (np.divide(inputs[0], inputs[1]),)
+
+
+@register("Pow", binary, gradient=_binary_grad(
+    lambda g, x, y, z: g * y * np.power(x, y - np.ones_like(y)),
+    lambda g, x, y, z: g * z * np.log(np.where(x > 0, x, np.ones_like(x)))))
+def pow_(op, inputs, ctx):
+    return (np.power(inputs[0], inputs[1]),)
+
+
+def _select_grad(pick_x):
+    def gradient(op, inputs, outputs, grads):
+        x, y = inputs
+        mask = pick_x(x, y)
+        g = grads[0]
+        zero = np.zeros_like(g)
+        return [unbroadcast(np.where(mask, g, zero), np.shape(x)),
+                unbroadcast(np.where(mask, zero, g), np.shape(y))]
+    return gradient
+
+
+@register("Minimum", binary, gradient=_select_grad(lambda x, y: x <= y))
+def minimum(op, inputs, ctx):
+    return (np.minimum(inputs[0], inputs[1]),)
+
+
+@register("Maximum", binary, gradient=_select_grad(lambda x, y: x >= y))
+def maximum(op, inputs, ctx):
+    return (np.maximum(inputs[0], inputs[1]),)
+
+
+@register("GreaterEqual", comparison)
+def greater_equal(op, inputs, ctx):
+    return (np.greater_equal(inputs[0], inputs[1]),)
+
+
+@register("Neg", like_input(), gradient=lambda op, x, y, g: [-g[0]])
+def neg(op, inputs, ctx):
+    return (np.negative(inputs[0]),)
+
+
+@register("Reciprocal", like_input(), gradient=lambda op, x, y, g: [-g[0] * y[0] * y[0]])
+def reciprocal(op, inputs, ctx):
+    return (np.reciprocal(inputs[0]),)
+
+
+def _rsqrt_grad(op, inputs, outputs, grads):
+    y = outputs[0]
+    return [np.float32(-0.5) * (grads[0] * y) * (y * y)]
+
+
+@register("Rsqrt", like_input(), gradient=_rsqrt_grad)
+def rsqrt(op, inputs, ctx):
+    return (np.reciprocal(np.sqrt(inputs[0])),)
+
+
+@register("Square", like_input(), gradient=lambda op, x, y, g: [g[0] * (np.float32(2) * x[0])])
+def square(op, inputs, ctx):
+    return (np.square(inputs[0]),)
+
+
+# -- reductions ---------------------------------------------------------------------------
+
+def _axes(op, x, axes):
+    axes = np.asarray(axes).reshape(-1)
+    rank = np.ndim(x)
+    for a in axes:
+        if not -rank <= a < rank:
+            raise ValueError(f"{op.name}: reduction axis {int(a)} out of range for rank {rank}")
+    return tuple(sorted(int(a) % rank for a in axes)) if rank else ()
+
+
+def _reduce_infer(inputs, attrs):
+    shape = inputs[0].shape
+    axes = constant_value(inputs[1])
+    if shape is None or axes is None:
+        return [(None, inputs[0].dtype)]
+    axes = {int(a) % len(shape) for a in np.asarray(axes).reshape(-1)} if shape else set()
+    keep = attrs.get("keep_dims", False)
+    out = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
+    return [(out, inputs[0].dtype)]
+
+
+def _mean_grad(op, inputs, outputs, grads):
+    x, axes = inputs
+    reduced = _axes(op, x, axes)
+    count = int(np.prod([np.shape(x)[a] for a in reduced])) if reduced else 1
+    g = _kept_axes(op, x, reduced, grads[0])
+    return [np.broadcast_to(g / np.asarray(count, g.dtype), np.shape(x)).copy(), None]
+
+
+def _kept_axes(op, x, reduced, grad):
+    if op.attrs.get("keep_dims", False):
+        return grad
+    shape = list(np.shape(x))
+    for a in reduced:
+        shape[a] = 1
+    return np.reshape(grad, shape)
+
+
+def _extreme_grad(op, inputs, outputs, grads):
+    """TF's Min/Max gradient: shared equally among the elements equal to the extreme."""
+    x, axes = inputs
+    reduced = _axes(op, x, axes)
+    y = _kept_axes(op, x, reduced, outputs[0])
+    g = _kept_axes(op, x, reduced, grads[0])
+    hits = (x == y).astype(g.dtype)
+    return [hits * (g / hits.sum(axis=reduced, keepdims=True)), None]
+
+
+@register("Mean", _reduce_infer, gradient=_mean_grad)
+def mean(op, inputs, ctx):
+    x, axes = inputs
+    return (np.asarray(np.mean(x, axis=_axes(op, x, axes), keepdims=op.attrs.get("keep_dims", False),
+                               dtype=x.dtype)),)
+
+
+@register("Sum", _reduce_infer, gradient=lambda op, x, y, g: [
+    np.broadcast_to(_kept_axes(op, x[0], _axes(op, x[0], x[1]), g[0]), np.shape(x[0])).copy(), None])
+def sum_(op, inputs, ctx):
+    x, axes = inputs
+    return (np.asarray(np.sum(x, axis=_axes(op, x, axes), keepdims=op.attrs.get("keep_dims", False),
+                              dtype=x.dtype)),)
+
+
+@register("Min", _reduce_infer, gradient=_extreme_grad)
+def min_(op, inputs, ctx):
+    x, axes = inputs
+    return (np.asarray(np.min(x, axis=_axes(op, x, axes), keepdims=op.attrs.get("keep_dims", False))),)
+
+
+@register("Max", _reduce_infer, gradient=_extreme_grad)
+def max_(op, inputs, ctx):
+    x, axes = inputs
+    return (np.asarray(np.max(x, axis=_axes(op, x, axes), keepdims=op.attrs.get("keep_dims", False))),)
+
+
+# -- MatMul, BiasAdd ----------------------------------------------------------------------
+
+def _matmul_infer(inputs, attrs):
+    a, b = inputs[0].shape, inputs[1].shape
+    if a is None or b is None:
+        return [(None, inputs[0].dtype)]
+    rows = a[1] if attrs.get("transpose_a") else a[0]
+    cols = b[0] if attrs.get("transpose_b") else b[1]
+    inner_a = a[0] if attrs.get("transpose_a") else a[1]
+    inner_b = b[1] if attrs.get("transpose_b") else b[0]
+    if None not in (inner_a, inner_b) and inner_a != inner_b:
+        raise ValueError(f"MatMul inner dimensions differ: {a} and {b}")
+    return [((rows, cols), inputs[0].dtype)]
+
+
+def _matmul_grad(op, inputs, outputs, grads):
+    a, b = inputs
+    g = grads[0]
+    ta, tb = op.attrs.get("transpose_a", False), op.attrs.get("transpose_b", False)
+    if not ta and not tb:
+        return [g @ b.T, a.T @ g]
+    if not ta and tb:
+        return [g @ b, g.T @ a]
+    if ta and not tb:
+        return [b @ g.T, a @ g]
+    return [b.T @ g.T, g.T @ a.T]
+
+
+@register("MatMul", _matmul_infer, gradient=_matmul_grad)
+def matmul(op, inputs, ctx):
+    a, b = inputs
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"{op.name}: MatMul needs two matrices, got shapes {a.shape} and {b.shape}")
+    a = a.T if op.attrs.get("transpose_a", False) else a
+    b = b.T if op.attrs.get("transpose_b", False) else b
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"{op.name}: MatMul inner dimensions differ: {a.shape} @ {b.shape}")
+    return (a @ b,)
+
+
+def _bias_add_grad(op, inputs, outputs, grads):
+    g = grads[0]
+    return [g, g.reshape(-1, g.shape[-1]).sum(axis=0, dtype=g.dtype)]
+
+
+@register("BiasAdd", like_input(), gradient=_bias_add_grad)
+def bias_add(op, inputs, ctx):
+    x, b = inputs
+    if b.ndim != 1 or x.shape[-1] != b.shape[0]:
+        raise ValueError(f"{op.name}: bias of shape {b.shape} does not match the last axis of {x.shape}")
+    return (np.add(x, b),)

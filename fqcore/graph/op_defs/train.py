@@ -1,0 +1,62 @@
+"""Gradients (reverse mode over the current run) and the optimizers' apply ops."""
+import numpy as np
+
+from ..op_registry import register
+
+
+def _gradients_infer(inputs, attrs):
+    return [(t.shape, t.dtype) for t in inputs[1:]]
+
+
+@register("Gradients", _gradients_infer)
+def gradients(op, inputs, ctx):
+    """d inputs[0] / d inputs[1:], from the values this run has computed."""
+    return ctx.backprop(op)
+
+
+def _apply_infer(inputs, attrs):
+    return [(inputs[0].shape, inputs[0].dtype)]
+
+
+def _applier(update):
+    """An optimizer op: updates its variable (and slots) in float32, as TF's kernels do."""
+    def forward(op, inputs, ctx):
+        name = op.inputs[0].op.name
+        if not ctx.update_state:
+            return (ctx.current_variable(name),)
+        slots = [ctx.current_variable(t.op.name) for t in op.inputs[1:]
+                 if t.op.type == "VariableV2"]
+        hyper = [np.asarray(v, np.float32) for t, v in zip(op.inputs[1:], inputs[1:])
+                 if t.op.type != "VariableV2"]
+        new, new_slots = update(op, ctx.current_variable(name), slots, *hyper)
+        for t, value in zip([t for t in op.inputs[1:] if t.op.type == "VariableV2"], new_slots):
+            ctx.write_variable(t.op.name, value)
+        ctx.write_variable(name, new)
+        return (new,)
+    return forward
+
+
+def _gradient_descent(op, var, slots, lr, grad):
+    return var - grad * lr, []
+
+
+def _momentum(op, var, slots, lr, grad, momentum):
+    accum = slots[0] * momentum + grad
+    if op.attrs.get("use_nesterov", False):
+        return var - (grad * lr + accum * momentum * lr), [accum]
+    return var - accum * lr, [accum]
+
+
+def _adam(op, var, slots, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
+    one = np.float32(1)
+    m, v = slots
+    alpha = lr * np.sqrt(one - beta2_power) / (one - beta1_power)
+    m = m + (grad - m) * (one - beta1)
+    v = v + (grad * grad - v) * (one - beta2)
+    return var - (m * alpha) / (np.sqrt(v) + epsilon), [m, v]
+
+
+register("ApplyGradientDescent", _apply_infer, ref_inputs=(0,), stateful=True)(
+    _applier(_gradient_descent))
+register("ApplyMomentum", _apply_infer, ref_inputs=(0, 1), stateful=True)(_applier(_momentum))
+register("ApplyAdam", _apply_infer, ref_inputs=(0, 1, 2), stateful=True)(_applier(_adam))

@@ -1,0 +1,116 @@
+"""Optimizers (SGD with momentum, Adam) as TF1 builds them: a Gradients op and one Apply* op per
+variable, grouped into a train op."""
+import numpy as np
+
+from . import build
+from .core import GraphKeys, get_default_graph
+from .variables import trainable_variables, variable
+
+
+class Optimizer:
+    """minimize(loss) adds the gradient and update ops and returns the train op."""
+    _name = "Optimizer"
+
+    def __init__(self, learning_rate, name=None):
+        if not np.isfinite(learning_rate) or learning_rate <= 0:
+            raise ValueError(f"learning_rate must be a positive number, got {learning_rate!r}")
+        self.learning_rate = float(learning_rate)
+        self.name = name or self._name
+
+    def minimize(self, loss, var_list=None, name=None):
+        g = loss.graph
+        var_list = list(var_list) if var_list is not None else trainable_variables(g)
+        if not var_list:
+            raise ValueError("minimize: there are no trainable variables")
+        if loss.shape not in (None, ()):
+            raise ValueError(f"minimize needs a scalar loss, got shape {loss.shape}")
+        with g.as_default():
+            grads = g.create_op("Gradients", [loss] + [v.op.outputs[0] for v in var_list],
+                                name="gradients").outputs
+            with g.name_scope(name or self.name) as scope:
+                updates = [self._apply(g, var, grad) for var, grad in zip(var_list, grads)]
+                finish = self._finish(g, updates)
+            train_op = g.create_op("NoOp", [], full_name=scope[:-1], control_inputs=finish)
+        g.add_to_collection(GraphKeys.TRAIN_OP, train_op)
+        return train_op
+
+    def _finish(self, g, updates):
+        return updates
+
+    def _slot(self, var, suffix):
+        with get_default_graph().name_scope(var.op.name + "/"):
+            return variable(suffix, np.zeros(var.shape, np.float32), trainable=False,
+                            initializer_name="zeros")
+
+
+class GradientDescentOptimizer(Optimizer):
+    _name = "GradientDescent"
+
+    def _apply(self, g, var, grad):
+        with g.name_scope(f"update_{var.op.name}"):
+            lr = build.constant(np.float32(self.learning_rate), name="learning_rate")
+            return g.create_op("ApplyGradientDescent", [var.op.outputs[0], lr, grad],
+                               name="ApplyGradientDescent")
+
+
+class MomentumOptimizer(Optimizer):
+    _name = "Momentum"
+
+    def __init__(self, learning_rate, momentum=0.9, use_nesterov=False, name=None):
+        super().__init__(learning_rate, name)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        self.momentum = float(momentum)
+        self.use_nesterov = bool(use_nesterov)
+
+    def _apply(self, g, var, grad):
+        accum = self._slot(var, self.name)
+        with g.name_scope(f"update_{var.op.name}"):
+            lr = build.constant(np.float32(self.learning_rate), name="learning_rate")
+            momentum = build.constant(np.float32(self.momentum), name="momentum")
+            return g.create_op("ApplyMomentum", [var.op.outputs[0], accum.op.outputs[0], lr, grad,
+                                                 momentum], {"use_nesterov": self.use_nesterov},
+                               name="ApplyMomentum")
+
+
+class AdamOptimizer(Optimizer):
+    _name = "Adam"
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, name=None):
+        super().__init__(learning_rate, name)
+        for key, value in (("beta1", beta1), ("beta2", beta2)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{key} must be in [0, 1), got {value!r}")
+        if not epsilon > 0:
+            raise ValueError(f"epsilon must be positive, got {epsilon!r}")
+        self.beta1, self.beta2, self.epsilon = float(beta1), float(beta2), float(epsilon)
+        self._powers = None
+
+    def minimize(self, loss, var_list=None, name=None):
+        g = loss.graph
+        with g.as_default(), g.name_scope(""):
+            self._powers = (
+                variable("beta1_power", np.float32(self.beta1), trainable=False),
+                variable("beta2_power", np.float32(self.beta2), trainable=False))
+        return super().minimize(loss, var_list, name)
+
+    def _apply(self, g, var, grad):
+        m = self._slot(var, self.name)
+        v = self._slot(var, self.name + "_1")
+        b1p, b2p = self._powers
+        with g.name_scope(f"update_{var.op.name}"):
+            hyper = [build.constant(np.float32(x), name=n) for x, n in (
+                (self.learning_rate, "learning_rate"), (self.beta1, "beta1"),
+                (self.beta2, "beta2"), (self.epsilon, "epsilon"))]
+            return g.create_op("ApplyAdam", [var.op.outputs[0], m.op.outputs[0], v.op.outputs[0],
+                                             b1p.read, b2p.read] + hyper + [grad], name="ApplyAdam")
+
+    def _finish(self, g, updates):
+        """beta1_power *= beta1 and beta2_power *= beta2 after every variable's update."""
+        b1p, b2p = self._powers
+        with g.control_dependencies(updates):
+            new1 = build.multiply(b1p.read, np.float32(self.beta1), name="mul")
+            new2 = build.multiply(b2p.read, np.float32(self.beta2), name="mul_1")
+            assign1 = g.create_op("Assign", [b1p.op.outputs[0], new1], name="Assign")
+            assign2 = g.create_op("Assign", [b2p.op.outputs[0], new2], name="Assign_1")
+        return updates + [assign1, assign2]

@@ -1,0 +1,278 @@
+"""The engine: runs a graph's ops in dependency order on numpy and fqcore's kernels, holds the
+variables' values, and computes gradients (reverse mode) when a Gradients op runs."""
+import heapq
+
+import numpy as np
+
+from .core import Operation, Tensor
+from .op_defs.control import DEAD
+from .op_registry import gradient_function, op_def
+
+_UNSET = object()
+
+
+class Session:
+    """Runs fetches of one graph (TF1's Session). Variable values live here, not in the graph.
+
+    Every variable read in a run sees the value from the start of the run; writes (Assign*,
+    optimizer updates) take effect for later ops' reads in the *next* run, and are the outputs of
+    the write ops in this one. `update_state=False` runs without writing anything: write ops
+    yield the stored value (evaluation of a training graph)."""
+
+    def __init__(self, graph=None):
+        from .core import get_default_graph
+        self.graph = graph if graph is not None else get_default_graph()
+        self._store = {}
+        self._plans = {}
+
+    # -- variable values ------------------------------------------------------------------
+    def variable_value(self, name):
+        """The current value of variable `name` (an op name or a Variable)."""
+        name = getattr(getattr(name, "op", None), "name", name)
+        try:
+            return self._store[name]
+        except KeyError:
+            self.graph.get_operation_by_name(name)  # unknown names raise KeyError there
+            raise ValueError(f"variable {name!r} is not initialized") from None
+
+    def set_variable_value(self, name, value):
+        """Sets variable `name` to `value` (shape and dtype must match its definition)."""
+        name = getattr(getattr(name, "op", None), "name", name)
+        op = self.graph.get_operation_by_name(name)
+        if op.type != "VariableV2":
+            raise ValueError(f"{name!r} is a {op.type}, not a variable")
+        value = np.asarray(value)
+        shape, dtype = tuple(op.attrs["shape"]), np.dtype(op.attrs["dtype"])
+        if value.shape != shape:
+            raise ValueError(f"value for {name!r} has shape {value.shape}, the variable {shape}")
+        if value.dtype != dtype and not np.can_cast(value.dtype, dtype, "same_kind"):
+            raise ValueError(f"value for {name!r} has dtype {value.dtype}, the variable {dtype}")
+        self._store[name] = value.astype(dtype, copy=True)
+
+    def variable_values(self):
+        """{variable name: value} for every initialized variable (copies)."""
+        return {name: value.copy() for name, value in self._store.items()}
+
+    # -- running --------------------------------------------------------------------------
+    def run(self, fetches, feed_dict=None, update_state=True):
+        """Values of `fetches` (a Tensor, Operation, name, Variable, or a list/tuple/dict of
+        them); operations give None."""
+        flat, rebuild = _flatten(fetches)
+        elements = [self.graph.as_graph_element(f) for f in flat]
+        feeds = {}
+        for key, value in (feed_dict or {}).items():
+            tensor = self.graph.as_graph_element(key)
+            if not isinstance(tensor, Tensor):
+                raise TypeError(f"feed_dict keys must be tensors, got operation {tensor.name!r}")
+            feeds[tensor] = _feed_value(tensor, value)
+        plan = self._plan(elements, feeds)
+        run = _Run(self, plan, feeds, update_state)
+        run.execute()
+        results = []
+        for element in elements:
+            if isinstance(element, Operation):
+                results.append(None)
+                continue
+            value = run.values[element]
+            if value is DEAD:
+                raise ValueError(f"fetched tensor {element.name!r} is on a branch that did not run")
+            results.append(value)
+        return rebuild(results)
+
+    def _plan(self, elements, feeds):
+        key = (tuple(id(e) for e in elements), frozenset(id(t) for t in feeds), self.graph._version)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) > 64:
+                self._plans.clear()
+            plan = self._plans[key] = _Plan(self.graph, elements, feeds)
+        return plan
+
+
+class _Plan:
+    """The ops a set of fetches needs, in a fixed topological order (creation order among
+    ready ops, so reads and writes happen in the order the graph was built)."""
+
+    def __init__(self, graph, elements, feeds):
+        needed = set()
+        stack = [e.op if isinstance(e, Tensor) else e for e in elements]
+        fed_ops = {t.op for t in feeds}
+        while stack:
+            op = stack.pop()
+            if op in needed:
+                continue
+            needed.add(op)
+            for t in op.inputs:
+                if t not in feeds:
+                    stack.append(t.op)
+            stack.extend(op.control_inputs)
+        needed -= {op for op in fed_ops if all(t in feeds for t in op.outputs)}
+        waiting = {op: 0 for op in needed}
+        dependents = {op: [] for op in needed}
+        for op in needed:
+            for dep in {t.op for t in op.inputs if t not in feeds} | set(op.control_inputs):
+                if dep in needed:
+                    waiting[op] += 1
+                    dependents[dep].append(op)
+        ready = [(op._index, op) for op, n in waiting.items() if n == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, op = heapq.heappop(ready)
+            order.append(op)
+            for dependent in dependents[op]:
+                waiting[dependent] -= 1
+                if waiting[dependent] == 0:
+                    heapq.heappush(ready, (dependent._index, dependent))
+        if len(order) != len(needed):
+            cycle = sorted(op.name for op, n in waiting.items() if n > 0)[:5]
+            raise ValueError(f"the graph has a cycle through {cycle}")
+        self.order = order
+        self.steps = [(op, op_def(op.type).forward, op.inputs, op.outputs, op.control_inputs)
+                      for op in order]
+        self.position = {op: i for i, op in enumerate(order)}
+        self.backprop_paths = {}
+
+    def backprop_path(self, gradients_op):
+        """The ops between the Gradients op's xs and its y, in reverse execution order."""
+        path = self.backprop_paths.get(gradients_op)
+        if path is None:
+            y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
+            ancestors = set()
+            stack = [y.op]
+            while stack:
+                op = stack.pop()
+                if op in ancestors or op not in self.position:
+                    continue
+                ancestors.add(op)
+                stack.extend(t.op for t in op.inputs)
+            reached = {x.op for x in xs}
+            for op in self.order:
+                if op in ancestors and any(t.op in reached for t in op.inputs):
+                    reached.add(op)
+            path = [op for op in reversed(self.order) if op in reached and op in ancestors]
+            self.backprop_paths[gradients_op] = path
+        return path
+
+
+class _Run:
+    """The state of one Session.run: computed values, the variable snapshot, pending writes."""
+
+    def __init__(self, session, plan, feeds, update_state):
+        self.session = session
+        self.plan = plan
+        self.values = dict(feeds)
+        self.snapshot = dict(session._store)
+        self.update_state = update_state
+        self.dead_ops = set()
+
+    def execute(self):
+        values = self.values
+        for op, forward, inputs, outputs, controls in self.plan.steps:
+            args = [values[t] for t in inputs]
+            if any(a is DEAD for a in args) and op.type != "Merge" or \
+                    any(c in self.dead_ops for c in controls):
+                self.dead_ops.add(op)
+                for t in outputs:
+                    values[t] = DEAD
+                continue
+            try:
+                results = forward(op, args, self)
+            except (ValueError, TypeError) as error:
+                message = str(error)
+                if op.name not in message:
+                    message = f"{op.name} ({op.type}): {message}"
+                raise type(error)(message) from error
+            for t, value in zip(outputs, results):
+                values[t] = value
+
+    # Variable access for the state ops.
+    def read_variable(self, name):
+        value = self.snapshot.get(name, _UNSET)
+        if value is _UNSET:
+            return _Uninitialized(name)
+        return value
+
+    def current_variable(self, name):
+        value = self.session._store.get(name, _UNSET)
+        if value is _UNSET:
+            raise ValueError(f"variable {name!r} is used before it is initialized "
+                             f"(run the initializer first)")
+        return value
+
+    def write_variable(self, name, value):
+        self.session._store[name] = value
+
+    def backprop(self, gradients_op):
+        """Reverse mode from gradients_op's y to its xs over this run's values."""
+        values = self.values
+        y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
+        grads = {y: np.ones_like(values[y])}
+        for op in self.plan.backprop_path(gradients_op):
+            out_grads = [grads.get(t) for t in op.outputs]
+            if all(g is None for g in out_grads) or op in self.dead_ops:
+                continue
+            gradient = gradient_function(op)
+            if gradient is None:
+                continue
+            inputs = [values[t] for t in op.inputs]
+            outputs = [values[t] for t in op.outputs]
+            in_grads = gradient(op, inputs, outputs, out_grads)
+            for t, g in zip(op.inputs, in_grads):
+                if g is None or np.asarray(values[t]).dtype.kind != "f":
+                    continue
+                previous = grads.get(t)
+                grads[t] = g if previous is None else previous + g
+        return tuple(np.asarray(grads[x], values[x].dtype) if x in grads else
+                     np.zeros_like(values[x]) for x in xs)
+
+
+class _Uninitialized:
+    """The value of a variable read before initialization; any use of it is an error."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __getattr__(self, attribute):
+        raise ValueError(f"variable {self.name!r} is used before it is initialized "
+                         f"(run the initializer first)")
+
+    def __array__(self, *args, **kwargs):
+        self.__getattr__("__array__")
+
+
+def _feed_value(tensor, value):
+    dtype = tensor.dtype
+    array = np.asarray(value)
+    if dtype is not None and array.dtype != dtype:
+        if not np.can_cast(array.dtype, dtype, "same_kind") and not (
+                array.dtype.kind in "iu" and dtype.kind == "f"):
+            raise TypeError(f"cannot feed a {array.dtype} value to {tensor.name!r} ({dtype})")
+        array = array.astype(dtype)
+    shape = tensor.shape
+    if shape is not None and (len(shape) != array.ndim or any(
+            d is not None and d != n for d, n in zip(shape, array.shape))):
+        raise ValueError(f"cannot feed a value of shape {array.shape} to {tensor.name!r}, "
+                         f"which has shape {tuple(shape)}")
+    return array
+
+
+def _flatten(fetches):
+    """Flattens nested fetches and returns (flat list, function rebuilding the structure)."""
+    if isinstance(fetches, (list, tuple)):
+        parts = [_flatten(f) for f in fetches]
+        sizes = [len(p[0]) for p in parts]
+        flat = [x for p in parts for x in p[0]]
+
+        def rebuild(values):
+            out, start = [], 0
+            for (sub, fn), n in zip(parts, sizes):
+                out.append(fn(values[start:start + n]))
+                start += n
+            return type(fetches)(out) if isinstance(fetches, tuple) else out
+        return flat, rebuild
+    if isinstance(fetches, dict):
+        keys = list(fetches)
+        flat_list, fn = _flatten([fetches[k] for k in keys])
+        return flat_list, lambda values: dict(zip(keys, fn(values)))
+    return [fetches], lambda values: values[0]

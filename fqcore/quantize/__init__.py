@@ -1,0 +1,77 @@
+"""fqcore.quantize: contrib.quantize's graph rewrite (batch-norm folding, then fake-quant
+insertion), with TF 1.15's function names and defaults. Each call rewrites the graph in place
+and returns None; it must run before an optimizer is attached."""
+from ..graph.core import get_default_graph
+from . import fold_batch_norms, insert
+
+__all__ = ["create_training_graph", "create_eval_graph", "experimental_create_training_graph",
+           "experimental_create_eval_graph"]
+
+_TRAINING_OPS = frozenset([
+    "ApplyAdagrad", "ApplyAdagradDA", "ApplyAdam", "ApplyCenteredRMSProp", "ApplyFtrl",
+    "ApplyFtrlV2", "ApplyGradientDescent", "ApplyMomentum", "ApplyProximalAdagrad",
+    "ApplyProximalGradientDescent", "ApplyRMSProp", "ResourceApplyAdadelta",
+    "ResourceApplyAdagrad", "ResourceApplyAdagradDA", "ResourceApplyAdam",
+    "ResourceApplyCenteredRMSProp", "ResourceApplyFtrl", "ResourceApplyFtrlV2",
+    "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyProximalAdagrad",
+    "ResourceApplyProximalGradientDescent", "ResourceApplyRMSProp", "SparseApplyAdadelta",
+    "SparseApplyAdagrad", "SparseApplyAdagradDA", "SparseApplyCenteredRMSProp", "SparseApplyFtrl",
+    "SparseApplyFtrlV2", "SparseApplyMomentum", "SparseApplyProximalAdagrad",
+    "SparseApplyProximalGradientDescent", "SparseApplyRMSProp"])
+
+
+def _check_bits(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 16:
+        raise ValueError(f"{name} must be an int in [2, 16], got {value!r}")
+
+
+def _check_delay(name, value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{name} must be None or a non-negative int, got {value!r}")
+
+
+def _create_graph(input_graph, is_training, weight_bits=8, activation_bits=8, symmetric=False,
+                  quant_delay=None, freeze_bn_delay=None, scope=None):
+    graph = input_graph if input_graph is not None else get_default_graph()
+    if not hasattr(graph, "get_operations"):
+        raise TypeError(f"input_graph must be an fqcore.graph.Graph, got {type(input_graph).__name__}")
+    _check_bits("weight_bits", weight_bits)
+    _check_bits("activation_bits", activation_bits)
+    _check_delay("quant_delay", quant_delay)
+    _check_delay("freeze_bn_delay", freeze_bn_delay)
+    if scope is not None and not isinstance(scope, str):
+        raise TypeError(f"scope must be a string or None, got {scope!r}")
+    found = {op.type for op in graph.get_operations()} & _TRAINING_OPS
+    if found:
+        raise ValueError(f"Training op found in graph, exiting {found}")
+    with graph.as_default():
+        fold_batch_norms.fold_batch_norms(graph, is_training, freeze_bn_delay)
+        insert.quantize(graph, is_training, weight_bits=weight_bits,
+                        activation_bits=activation_bits, symmetric=bool(symmetric),
+                        quant_delay=quant_delay, scope=scope)
+
+
+def create_training_graph(input_graph=None, quant_delay=0):
+    """Rewrites for quantization-aware training at 8 bits (batch norms never frozen)."""
+    _create_graph(input_graph, True, quant_delay=quant_delay)
+
+
+def create_eval_graph(input_graph=None):
+    """Rewrites an inference graph (batch norm on moving statistics) to simulate 8-bit inference."""
+    _create_graph(input_graph, False)
+
+
+def experimental_create_training_graph(input_graph=None, weight_bits=8, activation_bits=8,
+                                       symmetric=False, quant_delay=0, freeze_bn_delay=None,
+                                       scope=None):
+    """create_training_graph with bit widths, symmetric weights, a freeze step for batch-norm
+    statistics and a scope filter."""
+    _create_graph(input_graph, True, weight_bits, activation_bits, symmetric, quant_delay,
+                  freeze_bn_delay, scope)
+
+
+def experimental_create_eval_graph(input_graph=None, weight_bits=8, activation_bits=8,
+                                   symmetric=False, quant_delay=None, scope=None):
+    """create_eval_graph with the experimental options."""
+    _create_graph(input_graph, False, weight_bits, activation_bits, symmetric, quant_delay,
+                  scope=scope)

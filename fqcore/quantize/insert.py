@@ -1,0 +1,219 @@
+"""Fake-quant insertion (contrib's quantize.Quantize): the layer patterns, where each quantizer
+goes, its name and range tracker, quant_delay, scope filtering and leftover Add/Mul ops."""
+import re
+
+import numpy as np
+
+from ..graph import build
+from . import common, quant_ops
+from .patterns import ANY, OneOf, Op, get_op, get_tensor, match_graph
+
+_QUANTIZABLE = "Conv2D|MatMul|DepthwiseConv2dNative"
+_ACTIVATION_TYPES = {"Relu", "Relu6", "Identity"}
+_RELU_TYPES = {"Relu", "Relu6"}
+_FAKE_QUANT_TYPES = {"FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxArgs",
+                     "FakeQuantWithMinMaxVarsPerChannel"}
+_LEFTOVER_TYPES = {"Add", "AddV2", "Mul"}
+_PASS_THROUGH = {"Reshape", "Identity"}
+
+
+class _Patterns:
+    """contrib's patterns: weight -> layer -> [fold correction] -> [bias add] -> [bypass] ->
+    activation -> [post-activation bypass]."""
+
+    def __init__(self):
+        self.weight_read = Op("Identity", [Op("Variable|VariableV2")])
+        self.folded_weight = Op("Mul")
+        self.layer = Op(_QUANTIZABLE, [ANY, OneOf([self.weight_read, self.folded_weight])],
+                        ordered=False)
+        folded_bias_mul = Op("Mul", [ANY, self.layer], ordered=False)
+        correction = Op("Add|AddV2", [folded_bias_mul, ANY], ordered=False)
+        self.folded_bias_add = Op("Add|AddV2", [correction, ANY], ordered=False)
+        batch_norm_identity = Op("Identity", [self.folded_bias_add])
+        self.bias_add = Op("Add|AddV2|BiasAdd", [self.layer, ANY], ordered=False)
+        self.bypass = Op("Add|AddV2", [OneOf([self.bias_add, self.folded_bias_add,
+                                              batch_norm_identity]), ANY], ordered=False)
+        self.activation = Op("|".join(sorted(_ACTIVATION_TYPES)), [OneOf([
+            self.bias_add, self.folded_bias_add, batch_norm_identity, self.bypass, self.layer])])
+        self.post_bypass_a = Op("Add|AddV2", [ANY, self.activation])
+        self.post_bypass_b = Op("Add|AddV2", [self.activation, ANY])
+        self.final = OneOf([self.bias_add, self.folded_bias_add])
+        self.separable = Op(_QUANTIZABLE, [self.layer, ANY])
+
+    def weight(self, found):
+        return get_tensor(found, self.weight_read) or get_tensor(found, self.folded_weight)
+
+    def bias_add_op(self, found):
+        return get_op(found, self.bias_add) or get_op(found, self.folded_bias_add)
+
+
+class _LayerMatch:
+    def __init__(self, layer_op, weight, activation_op, bypass_op, post_bypass_op, bias_add_op):
+        self.layer_op = layer_op
+        self.weight = weight
+        self.activation_op = activation_op
+        self.bypass_op = bypass_op
+        self.post_bypass_op = post_bypass_op
+        self.bias_add_op = bias_add_op
+
+
+def _find_layers(graph):
+    """Largest matches first (post-activation bypass, then activation, then the final bias add,
+    then separable layers), each layer op once."""
+    p = _Patterns()
+    matches, seen = [], set()
+
+    def add(layer_op, *rest):
+        if layer_op is not None and layer_op not in seen:
+            seen.add(layer_op)
+            matches.append(_LayerMatch(layer_op, *rest))
+
+    for post in (p.post_bypass_a, p.post_bypass_b):
+        for found in match_graph(graph, post):
+            add(get_op(found, p.layer), p.weight(found), get_op(found, p.activation),
+                get_op(found, p.bypass), get_op(found, post), p.bias_add_op(found))
+    for found in match_graph(graph, p.activation):
+        add(get_op(found, p.layer), p.weight(found), get_op(found, p.activation),
+            get_op(found, p.bypass), None, p.bias_add_op(found))
+    for found in match_graph(graph, p.final):
+        add(get_op(found, p.layer), p.weight(found), p.bias_add_op(found), None, None, None)
+    for found in match_graph(graph, p.separable):
+        add(get_op(found, p.layer), p.weight(found), get_op(found, p.layer), None, None, None)
+    return matches
+
+
+class _Inserter:
+    """Inserts quantizers with one set of options; consumers are those before any insertion."""
+
+    def __init__(self, graph, is_training, weight_bits, activation_bits, symmetric, ema_decay,
+                 quant_delay, scope):
+        self.graph = graph
+        self.is_training = is_training
+        self.weight_bits = weight_bits
+        self.activation_bits = activation_bits
+        self.symmetric = symmetric
+        self.ema_decay = ema_decay
+        self.quant_delay = quant_delay
+        self.scope = scope + "/" if scope and not scope.endswith("/") else scope
+        self.consumers = {}
+        for op in graph.get_operations():
+            for t in op.inputs:
+                self.consumers.setdefault(t.op, [])
+                if op not in self.consumers[t.op]:
+                    self.consumers[t.op].append(op)
+
+    def consumers_of(self, op):
+        return list(self.consumers.get(op, []))
+
+    def insert(self, context, name, producer, consumers, moving_avg, bits, init_min=-6.0,
+               narrow_range=False, producer_scope=False, consumer_scope=False):
+        """contrib's _InsertQuantOp: skip out-of-scope producers/consumers and already
+        quantized tensors; build the tracker and fake quant; reroute the consumers."""
+        scope = self.scope
+        if producer_scope and scope and not producer.name.startswith(scope):
+            return False
+        if consumer_scope and scope and any(not c.name.startswith(scope) for c in consumers):
+            return False
+        prefix = common.add_context(context, name)
+        x = producer.outputs[0]
+        if _followed_by_fake_quant(x):
+            return False
+        g = self.graph
+        with g.name_scope(""):
+            if moving_avg:
+                quant = quant_ops.moving_avg_quantize(
+                    g, x, prefix, self.is_training, init_min=init_min, ema_decay=self.ema_decay,
+                    num_bits=bits, narrow_range=narrow_range, symmetric=self.symmetric)
+            else:
+                quant = quant_ops.last_value_quantize(
+                    g, x, prefix, self.is_training, init_min=init_min, num_bits=bits,
+                    narrow_range=narrow_range, symmetric=self.symmetric)
+            if self.quant_delay and self.quant_delay > 0:
+                active = build.greater_equal(common.quantization_step(g),
+                                             np.int64(self.quant_delay), name=prefix + "/activate_quant")
+                quant = build.cond(active, lambda: quant, lambda: x, name=prefix + "/delayed_quant")
+        if consumers and common.reroute(quant, x, can_modify=consumers) < len(consumers):
+            raise ValueError("no inputs quantized for ops: [" +
+                             ", ".join(c.name for c in consumers) + "]")
+        return True
+
+    def quantize_layer(self, match):
+        context = common.context_of(match.layer_op.name)
+        if match.weight is not None:
+            self.insert(context, "weights_quant", match.weight.op,
+                        self.consumers_of(match.weight.op), moving_avg=False,
+                        bits=self.weight_bits, narrow_range=True, consumer_scope=True)
+        quantized = set()
+        add_context = context
+        if match.activation_op is not None:
+            if match.bypass_op is not None:
+                add_context = common.context_of(context)
+            self.insert(add_context, "act_quant", match.activation_op,
+                        self.consumers_of(match.activation_op), moving_avg=True,
+                        bits=self.activation_bits, init_min=0.0, producer_scope=True)
+            quantized.add(match.activation_op)
+        if match.bypass_op is not None:
+            self.insert(context, "conv_quant", match.bias_add_op,
+                        self.consumers_of(match.bias_add_op), moving_avg=True,
+                        bits=self.activation_bits, producer_scope=True, consumer_scope=True)
+            quantized.add(match.bias_add_op)
+            consumers = self.consumers_of(match.bypass_op)
+            if not any(c.type in _ACTIVATION_TYPES for c in consumers):
+                self.insert(add_context, "add_quant", match.bypass_op, consumers,
+                            moving_avg=True, bits=self.activation_bits, producer_scope=True,
+                            consumer_scope=True)
+                quantized.add(match.bypass_op)
+        if match.post_bypass_op is not None:
+            consumers = self.consumers_of(match.post_bypass_op)
+            if not any(c.type in _RELU_TYPES for c in consumers):
+                self.insert(common.context_of(match.post_bypass_op.name),
+                            "post_activation_bypass_quant", match.post_bypass_op, consumers,
+                            moving_avg=True, bits=self.activation_bits, producer_scope=True)
+                quantized.add(match.post_bypass_op)
+        return quantized
+
+    def quantize_leftovers(self, quantized):
+        """Add/Mul ops left unquantized whose input comes from a quantized tensor get
+        `<op>/activation_<Type>_quant` (contrib's _QuantizeActivationLayers)."""
+        for op in self.graph.get_operations():
+            if op.type not in _LEFTOVER_TYPES or op in quantized:
+                continue
+            if _followed_by_fake_quant(op.outputs[0]):
+                continue
+            if any(_from_quantized(t) for t in op.inputs):
+                self.insert(op.name, f"activation_{op.type}_quant", op, self.consumers_of(op),
+                            moving_avg=True, bits=self.activation_bits, producer_scope=True)
+
+
+def _followed_by_fake_quant(tensor):
+    pending = tensor.consumers()
+    while pending:
+        consumer = pending.pop()
+        if consumer.type in _FAKE_QUANT_TYPES:
+            return True
+        if consumer.type in _PASS_THROUGH:
+            for output in consumer.outputs:
+                pending.extend(output.consumers())
+    return False
+
+
+_DELAYED_MERGE = re.compile(r"/delayed_quant/Merge$")
+
+
+def _from_quantized(tensor):
+    """True when `tensor` is a fake quant's output, possibly through pass-through ops."""
+    op = tensor.op
+    while op.type in _PASS_THROUGH and op.inputs:
+        op = op.inputs[0].op
+    return op.type in _FAKE_QUANT_TYPES or (op.type == "Merge" and _DELAYED_MERGE.search(op.name))
+
+
+def quantize(graph, is_training, weight_bits=8, activation_bits=8, symmetric=False,
+             ema_decay=0.999, quant_delay=None, scope=None):
+    """Inserts the fake quant ops into `graph` in place."""
+    inserter = _Inserter(graph, is_training, weight_bits, activation_bits, symmetric, ema_decay,
+                         quant_delay, scope)
+    quantized = set()
+    for match in _find_layers(graph):
+        quantized |= inserter.quantize_layer(match)
+    inserter.quantize_leftovers(quantized)

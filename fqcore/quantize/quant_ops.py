@@ -1,0 +1,87 @@
+"""The range trackers contrib inserts: LastValueQuantize (weights) and MovingAvgQuantize
+(activations, zero-debiased EMA), built from graph ops with contrib's names."""
+import numpy as np
+
+from ..graph import build
+from ..graph.variables import variable
+
+
+def _range(x, num_bits, narrow_range, symmetric):
+    """Batch min/max of x widened to contain 0 (or made symmetric), as quantizers.md says."""
+    batch_min = build.reduce_min(x, name="BatchMin")
+    batch_max = build.reduce_max(x, name="BatchMax")
+    if symmetric:
+        ratio = -1.0 if narrow_range else -((1 << num_bits) - 2) / (1 << num_bits)
+        return (build.minimum(batch_min, build.divide(batch_max, np.float32(ratio))),
+                build.maximum(batch_max, build.multiply(batch_min, np.float32(ratio))))
+    return build.minimum(batch_min, np.float32(0.0)), build.maximum(batch_max, np.float32(0.0))
+
+
+def _min_max_variables(init_min, init_max):
+    return (variable("min", np.float32(init_min), trainable=False),
+            variable("max", np.float32(init_max), trainable=False))
+
+
+def _fake_quant(x, lo, hi, num_bits, narrow_range):
+    return build.fake_quant_with_min_max_vars(x, lo, hi, num_bits=num_bits,
+                                              narrow_range=narrow_range)
+
+
+def last_value_quantize(graph, x, name_prefix, is_training, init_min=-6.0, init_max=6.0,
+                        num_bits=8, narrow_range=False, symmetric=False):
+    """Range = this batch's (Assign{Min,Max}Last), then fake quant with it."""
+    with graph.name_scope(name_prefix):
+        min_var, max_var = _min_max_variables(init_min, init_max)
+        if not is_training:
+            return _fake_quant(x, min_var.read, max_var.read, num_bits, narrow_range)
+        range_min, range_max = _range(x, num_bits, narrow_range, symmetric)
+        assign_min = graph.create_op("Assign", [min_var.op.outputs[0], range_min],
+                                     {"use_locking": True, "validate_shape": True},
+                                     name="AssignMinLast")
+        assign_max = graph.create_op("Assign", [max_var.op.outputs[0], range_max],
+                                     {"use_locking": True, "validate_shape": True},
+                                     name="AssignMaxLast")
+        return _fake_quant(x, assign_min.outputs[0], assign_max.outputs[0], num_bits, narrow_range)
+
+
+def moving_avg_quantize(graph, x, name_prefix, is_training, init_min=-6.0, init_max=6.0,
+                        ema_decay=0.999, num_bits=8, narrow_range=False, symmetric=False):
+    """Range = zero-debiased EMA of batch ranges (Assign{Min,Max}Ema), then fake quant with it."""
+    with graph.name_scope(name_prefix) as scope:
+        min_var, max_var = _min_max_variables(init_min, init_max)
+        if not is_training:
+            return _fake_quant(x, min_var.read, max_var.read, num_bits, narrow_range)
+        range_min, range_max = _range(x, num_bits, narrow_range, symmetric)
+        assign_min = _assign_moving_average(graph, scope, min_var, range_min, ema_decay,
+                                            "AssignMinEma")
+        assign_max = _assign_moving_average(graph, scope, max_var, range_max, ema_decay,
+                                            "AssignMaxEma")
+        return _fake_quant(x, assign_min, assign_max, num_bits, narrow_range)
+
+
+def _assign_moving_average(graph, scope, var, value, ema_decay, name):
+    """TF's assign_moving_average(zero_debias=True), op for op: biased -= (biased - value) * d;
+    local_step += 1; var = biased / (1 - (1 - d)^local_step), d = float32(1 - ema_decay)."""
+    with graph.name_scope(name) as op_scope:
+        decay = build.constant(np.float32(1.0 - ema_decay), name="decay")
+        # TF opens a variable scope named after the variable inside the quantizer's scope.
+        with graph.name_scope(f"{scope}{var.op.name}/"):
+            biased = variable("biased", np.zeros(var.shape, np.float32), trainable=False,
+                              initializer_name="zeros")
+            local_step = variable("local_step", np.float32(0), trainable=False,
+                                  initializer_name="zeros")
+        with graph.name_scope(op_scope):
+            delta = build.multiply(build.subtract(biased.read, value), decay)
+            update_biased = graph.create_op("AssignSub", [biased.op.outputs[0], delta],
+                                            {"use_locking": False}, name="AssignSub")
+            with graph.name_scope("AssignAdd") as add_scope:
+                one = build.constant(np.float32(1.0), name="value")
+                update_step = graph.create_op("AssignAdd", [local_step.op.outputs[0], one],
+                                              {"use_locking": False}, full_name=add_scope[:-1])
+            bias_factor = build.subtract(
+                np.float32(1.0), build.pow(build.subtract(np.float32(1.0), decay),
+                                           update_step.outputs[0]))
+            unbiased = build.divide(update_biased.outputs[0], bias_factor)
+        return graph.create_op("Assign", [var.op.outputs[0], unbiased],
+                               {"use_locking": True, "validate_shape": True},
+                               full_name=op_scope[:-1]).outputs[0]
