@@ -1,0 +1,752 @@
+"""Checkpoints: a graph's structure as JSON, variable values as .npz, each written atomically.
+
+Graph file (`save_graph` / `load_graph`), UTF-8 JSON, one op per line:
+
+    {"format": "fqcore.graph", "version": 1,
+     "ops": [{"name", "type", "inputs": ["op:0", ...], "control_inputs": ["op", ...],
+              "attrs": {...}, "outputs": [{"shape": [4, null] | null, "dtype": "float32" | null}]}],
+     "variables": [{"op", "read": "op/read:0", "initializer": "op/Assign", "trainable"}],
+     "collections": [{"key": "update_ops", "items": [{"operation": name} | {"tensor": name} |
+                                                      {"variable": op name} | {"value": attr}]}],
+     "names_in_use": {...}, "seed": int (optional), "init_rng": bit generator state (optional)}
+
+Ops are listed in creation order, which is not topological after a rewrite (inputs are rerouted
+to later ops), so loading creates every op first and wires inputs afterwards. Attribute values are
+plain JSON when they are None, bool, int, finite float or str, and lists of those; anything else is
+an object with a single tag key: {"tuple": [...]}, {"dict": {...}}, {"dtype": "<f4"},
+{"ndarray": {"dtype": "<f4", "shape": [...], "data": base64 of the C-order bytes}} and
+{"scalar": <the same>} for numpy scalars. Arrays (Const values) are therefore exact bit for bit in
+any dtype, -0.0 and NaN payloads included; non-finite Python floats are refused (JSON has none).
+
+Variables file (`save_variables` / `load_variables`): an .npz (zip of .npy) with one entry per
+variable keyed by its op name ('/' is fine in zip member names), raw bytes, plus an entry
+`__fqcore__` (uint8 JSON: format, version, variable names, and the graph's SHA-256 when written by
+`save`). Op names cannot start with '_', so that key never names a variable.
+
+Every file goes to a temporary file in the target directory, is flushed and fsynced, then renamed
+over the target with os.replace: an interrupted save leaves the previous file as it was.
+"""
+import base64
+import collections
+import contextlib
+import errno
+import hashlib
+import json
+import math
+import os
+import stat
+import tempfile
+import zipfile
+
+import numpy as np
+
+from .core import Graph, Operation, Tensor
+from .variables import Variable
+
+GRAPH_FORMAT = "fqcore.graph"
+GRAPH_VERSION = 1
+VARIABLES_FORMAT = "fqcore.variables"
+VARIABLES_VERSION = 1
+GRAPH_SUFFIX = ".graph.json"
+VARIABLES_SUFFIX = ".npz"
+DEFAULT_BASENAME = "checkpoint"
+_META_KEY = "__fqcore__"
+_ATTR_TAGS = ("tuple", "dict", "dtype", "ndarray", "scalar")
+
+LoadResult = collections.namedtuple("LoadResult", "loaded missing unexpected")
+LoadResult.__doc__ = """What load_variables did: the names it set, the requested variables absent
+from the file, and the file's entries that are not among the requested variables."""
+
+__all__ = ["save_graph", "load_graph", "save_variables", "load_variables", "save", "restore",
+           "checkpoint_paths", "LoadResult", "GRAPH_FORMAT", "GRAPH_VERSION"]
+
+
+# -- graph ----------------------------------------------------------------------------------
+def save_graph(graph, path):
+    """Writes `graph` (ops, attributes, collections, variables) to the JSON file `path`."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be an fqcore.graph.Graph, got {type(graph).__name__}")
+    path = _output_path(path, "path")
+    data = _dump_graph(graph)
+    _atomic_write(path, lambda f: f.write(data))
+    return path
+
+
+def load_graph(path):
+    """The Graph saved in the JSON file `path`: same op names, types, wiring, attributes,
+    output shapes, collections and Variable objects."""
+    return _read_graph(_input_path(path, "path", "graph"))[0]
+
+
+def _dump_graph(graph):
+    """The graph file's bytes (deterministic: the same graph always gives the same bytes)."""
+    ops = graph.get_operations()
+    for op in ops:
+        for t in op.inputs:
+            _check_member(graph, t.op, f"input {t.name!r} of operation {op.name!r}")
+        for c in op.control_inputs:
+            _check_member(graph, c, f"control input {c.name!r} of operation {op.name!r}")
+    variables = {}
+    collection_entries = []
+    for key in graph.get_all_collection_keys():
+        if not isinstance(key, str):
+            raise TypeError(f"collection key {key!r} is not a string; only str keys can be saved")
+        items = [_encode_item(graph, key, i, item, variables)
+                 for i, item in enumerate(graph.get_collection(key))]
+        collection_entries.append({"key": key, "items": items})
+    sections = [
+        ("format", GRAPH_FORMAT), ("version", GRAPH_VERSION),
+        ("ops", [_encode_op(op) for op in ops]),
+        ("variables", list(variables.values())),
+        ("collections", collection_entries),
+        ("names_in_use", dict(getattr(graph, "_names_in_use", {}))),
+    ]
+    seed = getattr(graph, "seed", None)
+    if seed is not None:
+        if type(seed) is not int:
+            raise TypeError(f"graph.seed must be an int to be saved, got {seed!r}")
+        sections.append(("seed", seed))
+    rng = getattr(graph, "_init_rng", None)
+    if isinstance(rng, np.random.Generator):
+        sections.append(("init_rng", rng.bit_generator.state))
+    lines = ["{"]
+    for i, (key, value) in enumerate(sections):
+        comma = "," if i + 1 < len(sections) else ""
+        if isinstance(value, list):  # one element per line: readable, diffable
+            lines.append(f" {json.dumps(key)}: [")
+            lines.extend(f"  {_json(v)}{',' if j + 1 < len(value) else ''}"
+                         for j, v in enumerate(value))
+            lines.append(f" ]{comma}")
+        else:
+            lines.append(f" {json.dumps(key)}: {_json(value)}{comma}")
+    lines.append("}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def _json(value):
+    return json.dumps(value, allow_nan=False, ensure_ascii=True)
+
+
+def _check_member(graph, op, what):
+    if not isinstance(op, Operation) or op.graph is not graph or \
+            graph._ops.get(op.name) is not op:
+        raise ValueError(f"{what} is not an operation of this graph")
+
+
+def _encode_op(op):
+    attrs = {}
+    for key, value in op.attrs.items():
+        if not isinstance(key, str):
+            raise TypeError(f"operation {op.name!r} has a non-string attribute key {key!r}")
+        attrs[key] = _encode_value(value, f"operation {op.name!r} attribute {key!r}")
+    return {"name": op.name, "type": op.type,
+            "inputs": [t.name for t in op.inputs],
+            "control_inputs": [c.name for c in op.control_inputs],
+            "attrs": attrs,
+            "outputs": [{"shape": _encode_shape(t.shape, f"output {t.name!r}"),
+                         "dtype": _encode_dtype(t.dtype)} for t in op.outputs]}
+
+
+def _encode_shape(shape, where):
+    if shape is None:
+        return None
+    out = []
+    for d in shape:
+        if d is None:
+            out.append(None)
+        elif isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)):
+            out.append(int(d))
+        else:
+            raise TypeError(f"{where} has a shape with a {type(d).__name__} dimension: {shape!r}")
+    return out
+
+
+def _encode_dtype(dtype):
+    if dtype is None:
+        return None
+    dtype = np.dtype(dtype)
+    return dtype.name if np.dtype(dtype.name) == dtype else dtype.str
+
+
+def _encode_value(value, where):
+    """An attribute (or collection) value as JSON; see the module docstring for the tags."""
+    if value is None or type(value) in (bool, str, int):
+        return value
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise ValueError(f"{where} is {value!r}: non-finite floats cannot be saved "
+                             f"(use a numpy scalar or array to keep one exactly)")
+        return value
+    if type(value) is list:
+        return [_encode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if type(value) is tuple:
+        return {"tuple": [_encode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+    if type(value) is dict:
+        for k in value:
+            if not isinstance(k, str):
+                raise TypeError(f"{where} is a dict with a non-string key {k!r}")
+        return {"dict": {k: _encode_value(v, f"{where}[{k!r}]") for k, v in value.items()}}
+    if isinstance(value, np.ndarray):
+        return {"ndarray": _encode_array(value, where)}
+    if isinstance(value, np.generic):
+        return {"scalar": _encode_array(np.asarray(value), where)}
+    if isinstance(value, np.dtype):
+        return {"dtype": value.str if value.fields is None else _unsupported(value, where)}
+    return _unsupported(value, where)
+
+
+def _unsupported(value, where):
+    raise TypeError(f"{where} has type {type(value).__name__} ({value!r}), which cannot be saved: "
+                    f"attributes must be None, bool, int, finite float, str, numpy arrays, "
+                    f"scalars or dtypes, or lists, tuples and str-keyed dicts of those")
+
+
+def _encode_array(array, where):
+    dtype = array.dtype
+    if dtype.hasobject or dtype.fields is not None or dtype.kind == "V":
+        raise TypeError(f"{where} is an array of dtype {dtype}, which cannot be saved exactly")
+    return {"dtype": dtype.str, "shape": list(array.shape),
+            "data": base64.b64encode(array.tobytes(order="C")).decode("ascii")}
+
+
+def _encode_item(graph, key, index, item, variables):
+    where = f"collection {key!r} item {index}"
+    if isinstance(item, Variable):
+        _check_member(graph, item.op, f"{where} (variable {item.op.name!r})")
+        entry = {"op": item.op.name, "read": item.read.name,
+                 "initializer": None if item.initializer is None else item.initializer.name,
+                 "trainable": bool(item.trainable)}
+        _check_member(graph, item.read.op, f"{where}: the read tensor {item.read.name!r}")
+        if item.initializer is not None:
+            _check_member(graph, item.initializer, f"{where}: the initializer")
+        previous = variables.setdefault(item.op.name, entry)
+        if previous != entry:
+            raise ValueError(f"{where}: two different Variable objects share the op "
+                             f"{item.op.name!r} ({previous} and {entry})")
+        return {"variable": item.op.name}
+    if isinstance(item, Operation):
+        _check_member(graph, item, where)
+        return {"operation": item.name}
+    if isinstance(item, Tensor):
+        _check_member(graph, item.op, where)
+        return {"tensor": item.name}
+    return {"value": _encode_value(item, where)}
+
+
+def _read_graph(path):
+    """(graph, SHA-256 of the file's bytes)."""
+    with _open_for_reading(path, "graph") as f:
+        raw = f.read()
+    try:
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"{path}: not a valid JSON graph file ({error})") from None
+    if not isinstance(doc, dict) or doc.get("format") != GRAPH_FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise ValueError(f"{path}: not an fqcore graph file (expected format {GRAPH_FORMAT!r}, "
+                         f"found {found!r})")
+    _check_version(path, doc.get("version"), GRAPH_VERSION)
+    try:
+        graph = _build_graph(doc)
+    except (ValueError, TypeError, KeyError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        raise ValueError(f"{path}: {message}") from None
+    return graph, hashlib.sha256(raw).hexdigest()
+
+
+def _reject_constant(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _check_version(path, version, supported):
+    if type(version) is not int or version < 1:
+        raise ValueError(f"{path}: invalid format version {version!r}")
+    if version > supported:
+        raise ValueError(f"{path}: format version {version} is newer than this fqcore reads "
+                         f"(up to {supported}); upgrade fqcore to load it")
+
+
+def _field(entry, key, kind, where):
+    """entry[key], which must be of type `kind` (a type or tuple; bool counts only if listed)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where} is not a JSON object")
+    if key not in entry:
+        raise ValueError(f"{where} has no {key!r} field")
+    value = entry[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise ValueError(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _build_graph(doc):
+    graph = Graph()
+    entries = _field(doc, "ops", list, "the file")
+    wiring = []
+    for i, entry in enumerate(entries):
+        where = f"op {i}"
+        name = _field(entry, "name", str, where)
+        where = f"op {i} ({name!r})"
+        op_type = _field(entry, "type", str, where)
+        inputs = _field(entry, "inputs", list, where)
+        controls = _field(entry, "control_inputs", list, where)
+        if not all(isinstance(n, str) for n in inputs + controls):
+            raise ValueError(f"{where}: input names must be strings")
+        attrs = {k: _decode_value(v, f"{where} attribute {k!r}")
+                 for k, v in _field(entry, "attrs", dict, where).items()}
+        specs = [(_decode_shape(o, where), _decode_dtype(o, where))
+                 for o in _field(entry, "outputs", list, where)]
+        try:
+            # No inputs yet: they may name ops created later. The saved output specs stand in
+            # for shape inference, which would need them.
+            op = graph.create_op(op_type, [], attrs, output_specs=specs, full_name=name)
+        except ValueError as error:
+            raise ValueError(f"{where}: {error}") from None
+        wiring.append((op, inputs, controls))
+    for op, inputs, controls in wiring:
+        try:
+            op.inputs = [graph.get_tensor_by_name(n) for n in inputs]
+            op.control_inputs = [graph.get_operation_by_name(n) for n in controls]
+        except (KeyError, ValueError) as error:
+            message = error.args[0] if error.args else error
+            raise ValueError(f"operation {op.name!r}: {message}") from None
+    graph._version += 1
+
+    variables = {}
+    for i, entry in enumerate(_field(doc, "variables", list, "the file")):
+        where = f"variable {i}"
+        op = graph.get_operation_by_name(_field(entry, "op", str, where))
+        if op.type != "VariableV2":
+            raise ValueError(f"{where}: {op.name!r} is a {op.type}, not a VariableV2")
+        read = graph.get_tensor_by_name(_field(entry, "read", str, where))
+        init_name = _field(entry, "initializer", (str, type(None)), where)
+        initializer = None if init_name is None else graph.get_operation_by_name(init_name)
+        trainable = _field(entry, "trainable", bool, where)
+        if op.name in variables:
+            raise ValueError(f"{where}: variable {op.name!r} is listed twice")
+        variables[op.name] = Variable(op, read, initializer, trainable)
+
+    for i, entry in enumerate(_field(doc, "collections", list, "the file")):
+        key = _field(entry, "key", str, f"collection {i}")
+        for j, item in enumerate(_field(entry, "items", list, f"collection {key!r}")):
+            graph.add_to_collection(key, _decode_item(graph, variables, item,
+                                                      f"collection {key!r} item {j}"))
+
+    names = doc.get("names_in_use")
+    if names is not None:
+        if not isinstance(names, dict) or not all(
+                type(v) is int and v >= 0 for v in names.values()):
+            raise ValueError("'names_in_use' must map names to non-negative ints")
+        graph._names_in_use = dict(names)
+    if "seed" in doc:
+        graph.seed = _field(doc, "seed", int, "the file")
+    if "init_rng" in doc:
+        graph._init_rng = _decode_rng(doc["init_rng"])
+    return graph
+
+
+def _decode_item(graph, variables, item, where):
+    if not isinstance(item, dict) or len(item) != 1:
+        raise ValueError(f"{where} must be an object with one key")
+    (tag, value), = item.items()
+    if tag == "variable":
+        if value not in variables:
+            raise ValueError(f"{where} names {value!r}, which is not in the 'variables' list")
+        return variables[value]
+    if tag == "operation" and isinstance(value, str):
+        return graph.get_operation_by_name(value)
+    if tag == "tensor" and isinstance(value, str):
+        return graph.get_tensor_by_name(value)
+    if tag == "value":
+        return _decode_value(value, where)
+    raise ValueError(f"{where}: unknown entry {item!r}")
+
+
+def _decode_shape(output, where):
+    shape = _field(output, "shape", (list, type(None)), f"{where} output")
+    if shape is None:
+        return None
+    if not all(d is None or type(d) is int and d >= 0 for d in shape):
+        raise ValueError(f"{where}: invalid output shape {shape!r}")
+    return tuple(shape)
+
+
+def _decode_dtype(output, where):
+    dtype = _field(output, "dtype", (str, type(None)), f"{where} output")
+    return None if dtype is None else _parse_dtype(dtype, where)
+
+
+def _parse_dtype(text, where):
+    try:
+        dtype = np.dtype(text)
+    except TypeError:
+        raise ValueError(f"{where}: unknown dtype {text!r}") from None
+    if dtype.hasobject or dtype.fields is not None or dtype.kind == "V":
+        raise ValueError(f"{where}: unsupported dtype {text!r}")
+    return dtype
+
+
+def _decode_value(value, where):
+    if value is None or type(value) in (bool, str, int):
+        return value
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise ValueError(f"{where} is not finite")
+        return value
+    if type(value) is list:
+        return [_decode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if type(value) is not dict or len(value) != 1 or next(iter(value)) not in _ATTR_TAGS:
+        raise ValueError(f"{where}: unrecognised value {_short(value)} (expected JSON scalars, "
+                         f"lists, or an object with one of the keys {list(_ATTR_TAGS)})")
+    (tag, body), = value.items()
+    if tag == "tuple" and type(body) is list:
+        return tuple(_decode_value(v, f"{where}[{i}]") for i, v in enumerate(body))
+    if tag == "dict" and type(body) is dict:
+        return {k: _decode_value(v, f"{where}[{k!r}]") for k, v in body.items()}
+    if tag == "dtype" and type(body) is str:
+        return _parse_dtype(body, where)
+    if tag in ("ndarray", "scalar") and type(body) is dict:
+        array = _decode_array(body, where)
+        return array if tag == "ndarray" else array[()]
+    raise ValueError(f"{where}: malformed {tag!r} value {_short(body)}")
+
+
+def _decode_array(body, where):
+    dtype = _parse_dtype(_field(body, "dtype", str, where), where)
+    shape = _field(body, "shape", list, where)
+    if not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError(f"{where}: invalid array shape {shape!r}")
+    try:
+        data = base64.b64decode(_field(body, "data", str, where), validate=True)
+    except ValueError as error:
+        raise ValueError(f"{where}: array data is not valid base64 ({error})") from None
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(data) != expected:
+        raise ValueError(f"{where}: array data has {len(data)} bytes, shape {shape} of {dtype} "
+                         f"needs {expected}")
+    array = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+    array.setflags(write=False)
+    return array
+
+
+def _decode_rng(state):
+    if not isinstance(state, dict) or state.get("bit_generator") not in (
+            "PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64"):
+        raise ValueError(f"'init_rng' is not a numpy bit generator state: {_short(state)}")
+    bit_generator = getattr(np.random, state["bit_generator"])()
+    try:
+        bit_generator.state = state
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"'init_rng' is not a valid {state['bit_generator']} state ({error})") \
+            from None
+    return np.random.Generator(bit_generator)
+
+
+def _short(value, limit=80):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# -- variables ------------------------------------------------------------------------------
+def save_variables(session, path, var_list=None):
+    """Writes the values of `var_list` (Variables, VariableV2 ops or their names; default: every
+    variable of the session's graph) to the .npz `path`, keyed by op name, bit for bit."""
+    _check_session(session)
+    path = _output_path(path, "path")
+    values = _collect_values(session, _variable_names(session.graph, var_list))
+    _write_variables(path, values)
+    return path
+
+
+def _collect_values(session, names):
+    values, uninitialized = {}, []
+    for name in names:
+        try:
+            values[name] = np.asarray(session.variable_value(name))
+        except ValueError:
+            uninitialized.append(name)
+    if uninitialized:
+        raise ValueError(f"cannot save variables that are not initialized in the session: "
+                         f"{uninitialized}")
+    for name, value in values.items():
+        if value.dtype.hasobject or value.dtype.fields is not None:
+            raise TypeError(f"variable {name!r} holds a {value.dtype} value, which cannot be saved")
+    return values
+
+
+def _write_variables(path, values, graph_sha256=None):
+    meta = {"format": VARIABLES_FORMAT, "version": VARIABLES_VERSION, "variables": list(values)}
+    if graph_sha256 is not None:
+        meta["graph_sha256"] = graph_sha256
+    meta_array = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+
+    def write(f):
+        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for key, array in [(_META_KEY, meta_array)] + list(values.items()):
+                with archive.open(key + ".npy", "w", force_zip64=True) as member:
+                    if not array.flags.c_contiguous:
+                        array = np.copy(array, order="C")
+                    np.lib.format.write_array(member, array, allow_pickle=False)
+    _atomic_write(path, write)
+
+
+def load_variables(session, path, var_list=None, strict=True):
+    """Sets the session's variables from the .npz `path` by name and returns a LoadResult.
+
+    `var_list` (default: every variable of the session's graph) are the variables to set. With
+    strict=True each of them must be in the file and every entry of the file must be one of
+    them; strict=False loads the names both have (e.g. trained weights into an eval graph, which
+    lacks the optimizer slots, EMA shadows and step counter). Shapes and dtypes must match
+    exactly either way. Nothing is set unless everything checks out."""
+    _check_session(session)
+    return _load_variables(session, _input_path(path, "path", "variables"), var_list, strict)
+
+
+def _load_variables(session, path, var_list, strict, graph_sha256=None):
+    targets = _variable_names(session.graph, var_list)
+    arrays, meta = _read_variables(path)
+    if graph_sha256 is not None and meta.get("graph_sha256") not in (None, graph_sha256):
+        raise ValueError(f"{path} was saved with a different graph than the one beside it "
+                         f"(an interrupted save?)")
+    target_set = set(targets)
+    missing = [n for n in targets if n not in arrays]
+    unexpected = [n for n in arrays if n not in target_set]
+    if strict and (missing or unexpected):
+        parts = []
+        if missing:
+            parts.append(f"missing from the file: {missing}")
+        if unexpected:
+            whose = "the graph's variables" if var_list is None else "var_list"
+            parts.append(f"in the file but not among {whose}: {unexpected}")
+        raise ValueError(f"{path} does not match the variables to load (strict=True): "
+                         + "; ".join(parts) + ". Pass strict=False to load the names both have.")
+    loaded = [n for n in targets if n in arrays]
+    mismatched = []
+    for name in loaded:
+        op = session.graph.get_operation_by_name(name)
+        shape, dtype = tuple(op.attrs["shape"]), np.dtype(op.attrs["dtype"])
+        array = arrays[name]
+        if array.dtype != dtype and array.dtype.newbyteorder("=") == dtype:
+            array = arrays[name] = array.astype(dtype)
+        if array.shape != shape or array.dtype != dtype:
+            mismatched.append(f"{name!r}: file {array.dtype}{list(array.shape)}, "
+                              f"graph {dtype}{list(shape)}")
+    if mismatched:
+        raise ValueError(f"{path}: variables whose shape or dtype differ from the graph's: "
+                         + "; ".join(mismatched))
+    for name in loaded:
+        session.set_variable_value(name, arrays[name])
+    return LoadResult(loaded, missing, unexpected)
+
+
+def _read_variables(path):
+    """({name: array}, metadata) from a variables file; plain .npz files (no metadata) too."""
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{path}: not a valid .npz variables file ({error})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: not an .npz archive (a single .npy array?)")
+    with archive:
+        meta = {}
+        if _META_KEY in archive.files:
+            try:
+                meta = json.loads(archive[_META_KEY].tobytes().decode("utf-8"))
+            except (ValueError, UnicodeDecodeError, OSError) as error:
+                raise ValueError(f"{path}: corrupt {_META_KEY!r} entry ({error})") from None
+            if not isinstance(meta, dict) or meta.get("format") != VARIABLES_FORMAT:
+                raise ValueError(f"{path}: the {_META_KEY!r} entry is not fqcore variables "
+                                 f"metadata")
+            _check_version(path, meta.get("version"), VARIABLES_VERSION)
+        names = [n for n in archive.files if n != _META_KEY]
+        listed = meta.get("variables", names)
+        if not isinstance(listed, list) or sorted(map(str, listed)) != sorted(names):
+            raise ValueError(f"{path}: the entries {names} do not match the variables the "
+                             f"metadata lists ({_short(listed)}); the file is corrupt")
+        arrays = {}
+        for name in listed:
+            try:
+                arrays[name] = archive[name]
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+                raise ValueError(f"{path}: entry {name!r} is corrupt ({error})") from None
+    return arrays, meta
+
+
+def _variable_names(graph, var_list):
+    if var_list is None:
+        return [op.name for op in graph.get_operations() if op.type == "VariableV2"]
+    if isinstance(var_list, (str, Variable, Operation)):
+        raise TypeError(f"var_list must be a list of variables, got a single "
+                        f"{type(var_list).__name__} {var_list!r}")
+    names = []
+    for item in var_list:
+        if isinstance(item, Variable):
+            op = item.op
+        elif isinstance(item, Operation):
+            op = item
+        elif isinstance(item, str):
+            try:
+                op = graph.get_operation_by_name(item)
+            except KeyError:
+                raise ValueError(f"var_list names {item!r}, which is not an operation of the "
+                                 f"session's graph") from None
+        else:
+            raise TypeError(f"var_list items must be Variables, VariableV2 ops or names, got "
+                            f"{type(item).__name__} {item!r}")
+        if op.graph is not graph or graph._ops.get(op.name) is not op:
+            raise ValueError(f"var_list item {op.name!r} is not from the session's graph")
+        if op.type != "VariableV2":
+            raise ValueError(f"var_list item {op.name!r} is a {op.type}, not a variable")
+        if op.name not in names:
+            names.append(op.name)
+    return names
+
+
+def _check_session(session):
+    from .session import Session
+    if not isinstance(session, Session):
+        raise TypeError(f"session must be an fqcore.graph.Session, got {type(session).__name__}")
+
+
+# -- both -----------------------------------------------------------------------------------
+def checkpoint_paths(directory_or_prefix):
+    """(graph JSON path, variables .npz path): `<prefix>.graph.json` and `<prefix>.npz`, or
+    `checkpoint.graph.json` and `checkpoint.npz` inside a directory (an existing one, or any
+    path ending with a separator)."""
+    path = _path_argument(directory_or_prefix, "directory_or_prefix")
+    separators = tuple(s for s in (os.sep, os.altsep) if s)
+    if path.endswith(separators) or os.path.isdir(path):
+        path = os.path.join(path, DEFAULT_BASENAME)
+    return path + GRAPH_SUFFIX, path + VARIABLES_SUFFIX
+
+
+def save(session, directory_or_prefix):
+    """Saves the session's graph and all its variables side by side (see checkpoint_paths;
+    a missing directory named with a trailing separator is created); returns the two paths.
+    The variables file records the graph file's SHA-256, so restore notices a pair left
+    inconsistent by an interrupted save."""
+    _check_session(session)
+    graph_path, variables_path = checkpoint_paths(directory_or_prefix)
+    directory = os.path.dirname(graph_path)
+    if os.fspath(directory_or_prefix).endswith(tuple(s for s in (os.sep, os.altsep) if s)):
+        os.makedirs(directory, exist_ok=True)
+    graph_path = _output_path(graph_path, "directory_or_prefix")
+    variables_path = _output_path(variables_path, "directory_or_prefix")
+    # Everything that can fail on bad content fails before the first file is replaced.
+    data = _dump_graph(session.graph)
+    values = _collect_values(session, _variable_names(session.graph, None))
+    _atomic_write(graph_path, lambda f: f.write(data))
+    _write_variables(variables_path, values, hashlib.sha256(data).hexdigest())
+    return graph_path, variables_path
+
+
+def restore(directory_or_prefix):
+    """(graph, session) from a checkpoint written by save: the graph rebuilt, a new Session with
+    every variable set (strict: the files must agree)."""
+    from .session import Session
+    graph_path, variables_path = checkpoint_paths(directory_or_prefix)
+    graph, digest = _read_graph(_input_path(graph_path, "directory_or_prefix", "graph"))
+    session = Session(graph)
+    _load_variables(session, _input_path(variables_path, "directory_or_prefix", "variables"),
+                    None, True, digest)
+    return graph, session
+
+
+# -- files ----------------------------------------------------------------------------------
+def _path_argument(path, argument):
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(f"{argument} must be a str or os.PathLike path, got "
+                        f"{type(path).__name__} {path!r}")
+    if not path or "\0" in path:
+        raise ValueError(f"{argument} must be a non-empty path without NUL characters, "
+                         f"got {path!r}")
+    return path
+
+
+def _output_path(path, argument):
+    path = _path_argument(path, argument)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, f"{argument} {path!r} is a directory, not a file",
+                                path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(errno.ENOENT, f"{argument} {path!r}: the directory does not "
+                                f"exist", directory)
+    return path
+
+
+def _input_path(path, argument, what):
+    path = _path_argument(path, argument)
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, f"no {what} file at {argument} {path!r}", path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, f"{argument} {path!r} is a directory, not a "
+                                f"{what} file", path)
+    return path
+
+
+def _open_for_reading(path, what):
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"no {what} file at {path!r}", path) from None
+
+
+def _atomic_write(path, write):
+    """Runs write(file) on a temporary file beside `path`, fsyncs it and renames it over `path`.
+    On any error (or interrupt) the temporary file is removed and `path` is untouched."""
+    directory = os.path.dirname(os.path.abspath(path))
+    mode = _file_mode(path)
+    tmp = tempfile.NamedTemporaryFile(mode="wb", dir=directory, delete=False,
+                                      prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with tmp:
+            write(tmp)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        with contextlib.suppress(OSError):
+            os.chmod(tmp.name, mode)  # mkstemp's 0600 would make checkpoints private
+        os.replace(tmp.name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp.name)
+        raise
+    _fsync_directory(directory)
+
+
+def _file_mode(path):
+    """The mode the file would get from open(): the old file's, else 0666 minus the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask():
+    # Reading it with os.umask() means setting it, which races with other threads.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _fsync_directory(directory):
+    """Makes the rename durable (POSIX); best effort."""
+    if os.name != "posix":
+        return
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
