@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 import fqcore
+from fqcore.malloc import keep_freed_memory
 
 try:
     import resource
@@ -640,7 +641,7 @@ def main(argv=None):
 
     if "bn" in args.sections:
         note = load_note()
-        malloc_note = compare_batch_norm.steady_malloc() if args.malloc == "steady" else "glibc's default policy"
+        malloc_note = keep_freed_memory() if args.malloc == "steady" else "glibc's default policy"
         meta["bn_malloc"] = malloc_note
         tables, notes, bn_results, bn_failures = compare_batch_norm.run(timer, torch, tf, stat, args.quick)
         notes.append(f"Allocator: {malloc_note}.")

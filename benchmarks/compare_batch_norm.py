@@ -1,7 +1,4 @@
 """The batch-norm section of benchmarks/compare.py: fqcore's fused batch norm against np.add, PyTorch and TensorFlow."""
-import ctypes
-import ctypes.util
-
 import numpy as np
 
 import fqcore
@@ -18,21 +15,6 @@ TARGET_TORCH = 1.2        # torch time / fqcore time, forward and gradient
 TARGET_TF = 3.0           # TF time / fqcore time, forward and gradient
 # Where torch's NCHW-indexed view of a channels-last array comes from (a permutation, no copy).
 TO_TORCH = {"NHWC": (0, 3, 1, 2), "NDHWC": (0, 4, 1, 2, 3)}
-
-
-def steady_malloc():
-    """Has glibc keep freed memory for reuse: every candidate allocates a 4-26 MB output per call, and
-    whether glibc hands back recycled pages or fresh ones (a page fault each, ~2 us on a VM: 13 ms for
-    26 MB) depends on what the other candidates freed before, not on the library timed."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return "glibc's default policy (mallopt unavailable)"
-    m_trim_threshold, m_mmap_max = -1, -4
-    if mallopt(m_mmap_max, 0) != 1 or mallopt(m_trim_threshold, 1 << 30) != 1:
-        return "glibc's default policy (mallopt refused)"
-    return "glibc keeps freed memory (mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB): outputs reuse pages"
 
 
 def faulting(r, names, min_faults=16):

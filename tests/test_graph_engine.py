@@ -229,9 +229,6 @@ def test_uninitialized_variable_use_is_an_error():
     np.testing.assert_array_equal(s.run(y), [2, 4])
 
 
-@pytest.mark.xfail(strict=True, reason="Session.run returns the internal _Uninitialized placeholder "
-                                       "object when a variable's read tensor is fetched directly "
-                                       "before initialization, instead of raising")
 def test_fetching_an_uninitialized_variable_read_raises():
     g, v, _, _ = _counter_graph()
     with pytest.raises(ValueError, match="'v'"):
@@ -288,8 +285,6 @@ def test_update_state_false_leaves_every_variable_unchanged():
     assert "beta1_power" in changed and "fc/weights/Adam" in changed
 
 
-@pytest.mark.xfail(strict=True, reason="fetched variable values alias the session's store: writing "
-                                       "into an array returned by Session.run changes the variable")
 def test_fetched_values_do_not_alias_variable_state():
     g, v, _, init = _counter_graph()
     s = G.Session(g)

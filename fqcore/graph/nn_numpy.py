@@ -164,7 +164,7 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     """TF Conv2D, NHWC: x [N, H, W, C], w [KH, KW, C, O] -> y [N, OH, OW, O]."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
     cols = _im2col(x, w.shape, oh, ow, pads, strides, dilations)
-    y = cols @ w.reshape(-1, w.shape[3])
+    y = np.matmul(cols, w.reshape(-1, w.shape[3]))
     return y.reshape(x.shape[0], oh, ow, w.shape[3])
 
 
@@ -176,11 +176,11 @@ def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     _same_shape(dy, "dy", (x.shape[0], oh, ow, o))
     dy2 = dy.reshape(-1, o)
     cols = _im2col(x, w.shape, oh, ow, pads, strides, dilations)
-    dw = (cols.T @ dy2).reshape(w.shape)
+    dw = np.matmul(cols.T, dy2).reshape(w.shape)
     del cols
     # One [N*OH*OW, O] @ [O, C] per kernel position rather than one big dy2 @ w2d.T: each product
     # is then contiguous, which makes the col2im add twice as fast, and the matmuls cost the same.
-    pieces = (((i, j), (dy2 @ w[i, j].T).reshape(x.shape[0], oh, ow, c)) for i, j in _positions((kh, kw)))
+    pieces = (((i, j), np.matmul(dy2, w[i, j].T).reshape(x.shape[0], oh, ow, c)) for i, j in _positions((kh, kw)))
     dx = _scatter(pieces, x.shape, pads, strides, dilations, x.dtype)
     return dx, dw
 

@@ -85,5 +85,8 @@ def variables_initializer(var_list, name="init"):
     return build.group(*[v.initializer for v in var_list], name=name)
 
 
-def global_variables_initializer():
-    return variables_initializer(global_variables(), name="init")
+def global_variables_initializer(graph=None):
+    """One op that initializes every global variable of `graph` (default: the default graph)."""
+    graph = graph or get_default_graph()
+    with graph.as_default():
+        return variables_initializer(global_variables(graph), name="init")

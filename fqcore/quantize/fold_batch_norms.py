@@ -110,12 +110,10 @@ def _undo_bessel_correction(graph, match):
     """FusedBatchNormV3 returns the Bessel-corrected variance; the fold needs the biased one:
     variance * (n - 1) / n, computed as TF does (n in float64, then float32)."""
     bn_scope = common.context_of(match.bn_op.name)
-    n = match.layer_op.outputs[0].shape
-    if n is None or any(d is None for d in n):
-        raise ValueError(f"folding {match.bn_op.name!r} needs the static shape of its input")
+    layer_output = match.layer_op.outputs[0]
     with graph.name_scope(bn_scope + "/"):
-        size = build.constant(np.int32(np.prod(n)), name="Size")
-        channels = build.constant(np.int32(n[-1]), name="Size_1")
+        size = _size(layer_output, "Size")
+        channels = _size(match.bn_op.outputs[1], "Size_1")
         with graph.name_scope("truediv") as scope:
             ratio = graph.create_op("RealDiv", [build.cast(size, "float64", name="Cast"),
                                                 build.cast(channels, "float64", name="Cast_1")],
@@ -123,6 +121,15 @@ def _undo_bessel_correction(graph, match):
         count = build.cast(ratio, "float32", name="Cast")
         factor = build.divide(build.subtract(count, np.float32(1.0)), count)
         return build.multiply(match.bn_op.outputs[2], factor, name="Undo_Bessel_Correction")
+
+
+def _size(tensor, name):
+    """The element count: a Const when the static shape says it (as TF's array_ops.size folds
+    it), else a Size op evaluated per run (an unknown batch size)."""
+    shape = tensor.shape
+    if shape is not None and all(d is not None for d in shape):
+        return build.constant(np.int32(np.prod(shape)), name=name)
+    return build.size(tensor, name=name)
 
 
 def _corrections(graph, match, mean, variance, freeze_bn_delay):

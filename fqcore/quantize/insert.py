@@ -1,7 +1,5 @@
 """Fake-quant insertion (contrib's quantize.Quantize): the layer patterns, where each quantizer
 goes, its name and range tracker, quant_delay, scope filtering and leftover Add/Mul ops."""
-import re
-
 import numpy as np
 
 from ..graph import build
@@ -14,7 +12,8 @@ _RELU_TYPES = {"Relu", "Relu6"}
 _FAKE_QUANT_TYPES = {"FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxArgs",
                      "FakeQuantWithMinMaxVarsPerChannel"}
 _LEFTOVER_TYPES = {"Add", "AddV2", "Mul"}
-_PASS_THROUGH = {"Reshape", "Identity"}
+# Ops a quantized tensor passes through unchanged on its way to a leftover Add/Mul.
+_PASS_THROUGH = {"Reshape", "Identity", "BatchToSpaceND", "SpaceToBatchND", "MaxPool", "Max"}
 
 
 class _Patterns:
@@ -35,13 +34,15 @@ class _Patterns:
                                               batch_norm_identity]), ANY], ordered=False)
         self.activation = Op("|".join(sorted(_ACTIVATION_TYPES)), [OneOf([
             self.bias_add, self.folded_bias_add, batch_norm_identity, self.bypass, self.layer])])
-        self.post_bypass_a = Op("Add|AddV2", [ANY, self.activation])
-        self.post_bypass_b = Op("Add|AddV2", [self.activation, ANY])
+        self.post_bypass = Op("Add|AddV2", [ANY, self.activation], ordered=False)
         self.final = OneOf([self.bias_add, self.folded_bias_add])
-        self.separable = Op(_QUANTIZABLE, [self.layer, ANY])
+        self.separable = Op(_QUANTIZABLE, [self.layer, ANY], ordered=False)
 
-    def weight(self, found):
-        return get_tensor(found, self.weight_read) or get_tensor(found, self.folded_weight)
+    def weight(self, found, folded=True):
+        weight = get_tensor(found, self.weight_read)
+        if weight is None and folded:
+            weight = get_tensor(found, self.folded_weight)
+        return weight
 
     def bias_add_op(self, found):
         return get_op(found, self.bias_add) or get_op(found, self.folded_bias_add)
@@ -68,18 +69,27 @@ def _find_layers(graph):
             seen.add(layer_op)
             matches.append(_LayerMatch(layer_op, *rest))
 
-    for post in (p.post_bypass_a, p.post_bypass_b):
-        for found in match_graph(graph, post):
-            add(get_op(found, p.layer), p.weight(found), get_op(found, p.activation),
-                get_op(found, p.bypass), get_op(found, post), p.bias_add_op(found))
-    for found in match_graph(graph, p.activation):
+    for found in match_graph(graph, p.post_bypass):
         add(get_op(found, p.layer), p.weight(found), get_op(found, p.activation),
-            get_op(found, p.bypass), None, p.bias_add_op(found))
+            get_op(found, p.bypass), get_op(found, p.post_bypass), p.bias_add_op(found))
+    for found in match_graph(graph, p.activation):
+        if not _feeds_batch_norm(get_op(found, p.activation)):
+            add(get_op(found, p.layer), p.weight(found), get_op(found, p.activation),
+                get_op(found, p.bypass), None, p.bias_add_op(found))
     for found in match_graph(graph, p.final):
         add(get_op(found, p.layer), p.weight(found), p.bias_add_op(found), None, None, None)
     for found in match_graph(graph, p.separable):
-        add(get_op(found, p.layer), p.weight(found), get_op(found, p.layer), None, None, None)
+        add(get_op(found, p.layer), p.weight(found, folded=False), get_op(found, p.layer), None,
+            None, None)
     return matches
+
+
+def _feeds_batch_norm(activation_op):
+    """conv -> Identity -> batch norm: after folding, that Identity only feeds the statistics
+    and is not quantized (contrib's _IsSkipLayer)."""
+    consumers = activation_op.outputs[0].consumers()
+    return (activation_op.type == "Identity" and len(consumers) == 1
+            and consumers[0].type in ("FusedBatchNorm", "FusedBatchNormV3"))
 
 
 class _Inserter:
@@ -173,16 +183,31 @@ class _Inserter:
         return quantized
 
     def quantize_leftovers(self, quantized):
-        """Add/Mul ops left unquantized whose input comes from a quantized tensor get
-        `<op>/activation_<Type>_quant` (contrib's _QuantizeActivationLayers)."""
+        """Add/Mul ops left unquantized that are fed (through pass-through ops and other
+        Add/Mul) by a quantized tensor get `<op>/activation_<Type>_quant`, unless their only
+        consumer is a ReLU that inference fuses into them (contrib's _QuantizeActivationLayers)."""
         for op in self.graph.get_operations():
-            if op.type not in _LEFTOVER_TYPES or op in quantized:
-                continue
-            if _followed_by_fake_quant(op.outputs[0]):
-                continue
-            if any(_from_quantized(t) for t in op.inputs):
+            if _needs_leftover_quant(op, quantized):
                 self.insert(op.name, f"activation_{op.type}_quant", op, self.consumers_of(op),
                             moving_avg=True, bits=self.activation_bits, producer_scope=True)
+
+
+def _needs_leftover_quant(op, quantized):
+    if op in quantized or op.type not in _LEFTOVER_TYPES:
+        return False
+    consumers = op.outputs[0].consumers()
+    if len(consumers) == 1 and consumers[0].type in _RELU_TYPES:
+        return False
+    for tensor in op.inputs:
+        source = tensor.op
+        while source.type in _PASS_THROUGH and source.inputs:
+            source = source.inputs[0].op
+        if source.type == "FakeQuantWithMinMaxVars" or "delayed_quant/Merge" in source.name[1:]:
+            return True
+        if source.type in _LEFTOVER_TYPES and any(
+                _needs_leftover_quant(t.op, quantized) for t in source.inputs):
+            return True
+    return False
 
 
 def _followed_by_fake_quant(tensor):
@@ -195,17 +220,6 @@ def _followed_by_fake_quant(tensor):
             for output in consumer.outputs:
                 pending.extend(output.consumers())
     return False
-
-
-_DELAYED_MERGE = re.compile(r"/delayed_quant/Merge$")
-
-
-def _from_quantized(tensor):
-    """True when `tensor` is a fake quant's output, possibly through pass-through ops."""
-    op = tensor.op
-    while op.type in _PASS_THROUGH and op.inputs:
-        op = op.inputs[0].op
-    return op.type in _FAKE_QUANT_TYPES or (op.type == "Merge" and _DELAYED_MERGE.search(op.name))
 
 
 def quantize(graph, is_training, weight_bits=8, activation_bits=8, symmetric=False,

@@ -197,13 +197,14 @@ def _matmul_grad(op, inputs, outputs, grads):
     a, b = inputs
     g = grads[0]
     ta, tb = op.attrs.get("transpose_a", False), op.attrs.get("transpose_b", False)
+    mm = np.matmul
     if not ta and not tb:
-        return [g @ b.T, a.T @ g]
+        return [mm(g, b.T), mm(a.T, g)]
     if not ta and tb:
-        return [g @ b, g.T @ a]
+        return [mm(g, b), mm(g.T, a)]
     if ta and not tb:
-        return [b @ g.T, a @ g]
-    return [b.T @ g.T, g.T @ a.T]
+        return [mm(b, g.T), mm(a, g)]
+    return [mm(b.T, g.T), mm(g.T, a.T)]
 
 
 @register("MatMul", _matmul_infer, gradient=_matmul_grad)
@@ -215,7 +216,7 @@ def matmul(op, inputs, ctx):
     b = b.T if op.attrs.get("transpose_b", False) else b
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"{op.name}: MatMul inner dimensions differ: {a.shape} @ {b.shape}")
-    return (a @ b,)
+    return (np.matmul(a, b),)
 
 
 def _bias_add_grad(op, inputs, outputs, grads):
