@@ -1,4 +1,5 @@
-"""`python -m fqcore`: the configuration, a self-check against TF-measured vectors, a speed table."""
+"""`python -m fqcore demo`: the QAT demo (fqcore/demo.py). `python -m fqcore` (or `check`): the
+configuration, a self-check against TF-measured vectors, a speed table."""
 import sys
 import time
 
@@ -110,7 +111,15 @@ def speed_table():
           "   gradients and for batch norm, training mode)")
 
 
-def main():
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "demo":
+        from . import demo
+        return demo.main(argv[1:])
+    if argv and argv != ["check"]:
+        print(f"usage: python -m fqcore [check | demo [--help]], got {' '.join(argv)!r}",
+              file=sys.stderr)
+        return 2
     print("fqcore configuration")
     fqcore.show_config()
     print("self-check")

@@ -1,9 +1,11 @@
 """Optimizers (SGD with momentum, Adam) as TF1 builds them: a Gradients op and one Apply* op per
 variable, grouped into a train op."""
+import numbers
+
 import numpy as np
 
 from . import build
-from .core import GraphKeys, get_default_graph
+from .core import GraphKeys, Tensor, get_default_graph
 from .variables import trainable_variables, variable
 
 
@@ -12,10 +14,24 @@ class Optimizer:
     _name = "Optimizer"
 
     def __init__(self, learning_rate, name=None):
-        if not np.isfinite(learning_rate) or learning_rate <= 0:
-            raise ValueError(f"learning_rate must be a positive number, got {learning_rate!r}")
-        self.learning_rate = float(learning_rate)
+        """learning_rate: a positive number, or a scalar float32 Tensor (e.g. a placeholder fed
+        each step, for a schedule)."""
+        if isinstance(learning_rate, Tensor):
+            if learning_rate.shape not in (None, ()):
+                raise ValueError(f"learning_rate must be a scalar tensor, got shape {learning_rate.shape}")
+        elif isinstance(learning_rate, bool) or not isinstance(learning_rate, numbers.Real) or \
+                not np.isfinite(learning_rate) or learning_rate <= 0:
+            raise ValueError(f"learning_rate must be a positive number or a scalar tensor, got "
+                             f"{learning_rate!r}")
+        else:
+            learning_rate = float(learning_rate)
+        self.learning_rate = learning_rate
         self.name = name or self._name
+
+    def _learning_rate(self):
+        if isinstance(self.learning_rate, Tensor):
+            return self.learning_rate
+        return build.constant(np.float32(self.learning_rate), name="learning_rate")
 
     def minimize(self, loss, var_list=None, name=None):
         g = loss.graph
@@ -48,8 +64,8 @@ class GradientDescentOptimizer(Optimizer):
 
     def _apply(self, g, var, grad):
         with g.name_scope(f"update_{var.op.name}"):
-            lr = build.constant(np.float32(self.learning_rate), name="learning_rate")
-            return g.create_op("ApplyGradientDescent", [var.op.outputs[0], lr, grad],
+            return g.create_op("ApplyGradientDescent",
+                               [var.op.outputs[0], self._learning_rate(), grad],
                                name="ApplyGradientDescent")
 
 
@@ -66,7 +82,7 @@ class MomentumOptimizer(Optimizer):
     def _apply(self, g, var, grad):
         accum = self._slot(var, self.name)
         with g.name_scope(f"update_{var.op.name}"):
-            lr = build.constant(np.float32(self.learning_rate), name="learning_rate")
+            lr = self._learning_rate()
             momentum = build.constant(np.float32(self.momentum), name="momentum")
             return g.create_op("ApplyMomentum", [var.op.outputs[0], accum.op.outputs[0], lr, grad,
                                                  momentum], {"use_nesterov": self.use_nesterov},
@@ -99,9 +115,8 @@ class AdamOptimizer(Optimizer):
         v = self._slot(var, self.name + "_1")
         b1p, b2p = self._powers
         with g.name_scope(f"update_{var.op.name}"):
-            hyper = [build.constant(np.float32(x), name=n) for x, n in (
-                (self.learning_rate, "learning_rate"), (self.beta1, "beta1"),
-                (self.beta2, "beta2"), (self.epsilon, "epsilon"))]
+            hyper = [self._learning_rate()] + [build.constant(np.float32(x), name=n) for x, n in (
+                (self.beta1, "beta1"), (self.beta2, "beta2"), (self.epsilon, "epsilon"))]
             return g.create_op("ApplyAdam", [var.op.outputs[0], m.op.outputs[0], v.op.outputs[0],
                                              b1p.read, b2p.read] + hyper + [grad], name="ApplyAdam")
 

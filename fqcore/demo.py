@@ -1,0 +1,220 @@
+"""`python -m fqcore demo`: quantization-aware training of a small CNN on the bundled digits, the
+contrib.quantize way: float model -> experimental_create_training_graph -> train on the CPU ->
+experimental_create_eval_graph -> load the trained variables -> float vs 8-bit accuracy, save."""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import graph as G
+from . import quantize
+from .datasets import load_digits
+from .malloc import keep_freed_memory
+
+CLASSES = 10
+
+
+def build_model(training, width=32, seed=0):
+    """The demo CNN in a fresh graph: conv+BN+relu6, a depthwise-separable block with a residual
+    add, a strided conv block, global average pooling and a dense head. Returns
+    (graph, images placeholder, labels placeholder, logits, loss)."""
+    g = G.Graph()
+    g.seed = seed
+    L = G.layers
+    with g.as_default():
+        images = G.placeholder("float32", [None, 8, 8, 1], name="images")
+        labels = G.placeholder("int32", [None], name="labels")
+        bn = dict(momentum=0.9, epsilon=1e-3)
+        x = L.conv2d(images, width, 3, activation="relu6", batch_norm=bn, is_training=training,
+                     scope="conv1")
+        with g.name_scope("block1"):
+            y = L.depthwise_conv2d(x, 3, activation="relu6", batch_norm=bn,
+                                   is_training=training, scope="dw")
+            y = L.conv2d(y, width, 1, activation=None, batch_norm=bn, is_training=training,
+                         scope="pw")
+            x = G.relu6(G.add(y, x, name="add"))
+        x = L.conv2d(x, 2 * width, 3, stride=2, activation="relu6", batch_norm=bn,
+                     is_training=training, scope="conv2")
+        x = L.global_avg_pool(x, scope="pool")
+        logits = L.dense(x, CLASSES, scope="logits")
+        loss = L.sparse_softmax_cross_entropy(labels, logits)
+    return g, images, labels, logits, loss
+
+
+class ProgressBar:
+    """One line, redrawn in place: epoch, steps, loss, speed."""
+
+    def __init__(self, total, stream=sys.stdout, width=28):
+        self.total, self.stream, self.width = total, stream, width
+        self.start = time.perf_counter()
+
+    def update(self, done, text):
+        filled = int(self.width * done / self.total)
+        rate = done / max(time.perf_counter() - self.start, 1e-9)
+        self.stream.write(f"\r  [{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} "
+                          f"{text} {rate:5.1f} steps/s")
+        self.stream.flush()
+
+    def close(self):
+        self.stream.write("\n")
+
+
+def accuracy(session, images, logits, x, y, batch=512):
+    correct = 0
+    for start in range(0, len(x), batch):
+        out = session.run(logits, {images: x[start:start + batch]}, update_state=False)
+        correct += int((out.argmax(axis=1) == y[start:start + batch]).sum())
+    return correct / len(x)
+
+
+def evaluate(checkpoint, data, quantized):
+    """Accuracy of the trained variables in a fresh inference graph (batch norm on moving
+    statistics), fake-quantized by experimental_create_eval_graph or left float. The variables
+    are loaded by name; the training-only ones (EMA shadows, momentum, step counter) are not
+    in this graph. Returns (accuracy, graph, session)."""
+    g, images, labels, logits, loss = build_model(training=False)
+    if quantized:
+        quantize.experimental_create_eval_graph(g)
+    session = G.Session(g)
+    session.run(G.global_variables_initializer(g))
+    G.load_variables(session, checkpoint, strict=False)
+    return accuracy(session, images, logits, data.x_test, data.y_test), g, session
+
+
+def learning_rate_for(epoch, base, quant_delay_epochs, freeze_bn_epochs):
+    """The schedule: `base` while training float, a fifth of it once fake quantization starts
+    (fine-tuning), a twenty-fifth once batch-norm statistics are frozen (the folded layers are
+    then no longer normalized per batch, and large steps undo the trained scaling)."""
+    if epoch >= freeze_bn_epochs:
+        return base / 25
+    if epoch >= quant_delay_epochs:
+        return base / 5
+    return base
+
+
+def train(data, epochs, batch, quant_delay_epochs, freeze_bn_epochs, learning_rate, seed, log):
+    g, images, labels, logits, loss = build_model(training=True, seed=seed)
+    steps_per_epoch = -(-len(data.x_train) // batch)
+    quantize.experimental_create_training_graph(
+        g, quant_delay=quant_delay_epochs * steps_per_epoch,
+        freeze_bn_delay=freeze_bn_epochs * steps_per_epoch)
+    with g.as_default():
+        rate = G.placeholder("float32", [], name="learning_rate")
+        train_op = G.MomentumOptimizer(rate, 0.9).minimize(loss)
+        init = G.global_variables_initializer()
+    updates = g.get_collection(G.GraphKeys.UPDATE_OPS)
+    session = G.Session(g)
+    session.run(init)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    history = {"loss": [], "train_accuracy": [], "test_accuracy": []}
+    bar = ProgressBar(epochs * steps_per_epoch, stream=log)
+    step = 0
+    for epoch in range(epochs):
+        order = rng.permutation(len(data.x_train))
+        losses, correct = [], 0
+        step_rate = learning_rate_for(epoch, learning_rate, quant_delay_epochs, freeze_bn_epochs)
+        for start in range(0, len(order), batch):
+            index = order[start:start + batch]
+            feed = {images: data.x_train[index], labels: data.y_train[index], rate: step_rate}
+            _, _, value, out = session.run([train_op, updates, loss, logits], feed)
+            losses.append(float(value))
+            correct += int((out.argmax(axis=1) == data.y_train[index]).sum())
+            step += 1
+            phase = "float" if epoch < quant_delay_epochs else "8-bit"
+            bar.update(step, f"epoch {epoch + 1:2d} ({phase}) loss {np.mean(losses):.3f}")
+        history["loss"].append(float(np.mean(losses)))
+        history["train_accuracy"].append(correct / len(order))
+        history["test_accuracy"].append(accuracy(session, images, logits, data.x_test,
+                                                 data.y_test))
+    bar.close()
+    return g, session, history
+
+
+def plot_history(history, path):
+    """Training curves as a PNG when matplotlib is installed; returns the path or None."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    epochs = np.arange(1, len(history["loss"]) + 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    left.plot(epochs, history["loss"], marker="o")
+    left.set(xlabel="epoch", ylabel="training loss")
+    right.plot(epochs, history["train_accuracy"], marker="o", label="train")
+    right.plot(epochs, history["test_accuracy"], marker="o", label="test")
+    right.set(xlabel="epoch", ylabel="accuracy")
+    for axis in (left, right):
+        axis.axvline(history["quant_delay_epochs"] + 0.5, color="gray", linestyle="--")
+    right.legend()
+    fig.suptitle("fqcore demo: float, then fake-quantized 8-bit (dashed line) training")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m fqcore demo", description=__doc__)
+    parser.add_argument("--epochs", type=_positive, default=12)
+    parser.add_argument("--batch", type=_positive, default=64)
+    parser.add_argument("--quant-delay-epochs", type=int, default=4,
+                        help="epochs of float training before fake quantization starts")
+    parser.add_argument("--freeze-bn-epochs", type=int, default=9,
+                        help="epoch from which batch-norm statistics are frozen")
+    parser.add_argument("--learning-rate", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="fqcore-demo", help="directory for the model and plots")
+    args = parser.parse_args(argv)
+    if not 0 <= args.quant_delay_epochs <= args.epochs:
+        parser.error(f"--quant-delay-epochs must be in [0, {args.epochs}], got {args.quant_delay_epochs}")
+    if not 0 <= args.freeze_bn_epochs:
+        parser.error(f"--freeze-bn-epochs must be >= 0, got {args.freeze_bn_epochs}")
+    keep_freed_memory()
+    data = load_digits()
+    print(f"fqcore demo: quantization-aware training on {len(data.x_train)} 8x8 digits "
+          f"({len(data.x_test)} held out), {args.epochs} epochs: float for "
+          f"{args.quant_delay_epochs}, then fake-quantized 8-bit; batch-norm statistics frozen "
+          f"from epoch {args.freeze_bn_epochs + 1}")
+    start = time.perf_counter()
+    g, session, history = train(data, args.epochs, args.batch, args.quant_delay_epochs,
+                                args.freeze_bn_epochs, args.learning_rate, args.seed, sys.stdout)
+    print(f"trained in {time.perf_counter() - start:.1f} s")
+    os.makedirs(args.out, exist_ok=True)
+    train_graph, train_variables = G.save(session, os.path.join(args.out, "training"))
+    float_accuracy, _, _ = evaluate(train_variables, data, quantized=False)
+    quant_accuracy, qg, qsession = evaluate(train_variables, data, quantized=True)
+    model_graph, model_variables = G.save(qsession, os.path.join(args.out, "model"))
+    print(f"test accuracy: float {float_accuracy:.2%}, fake-quantized 8-bit {quant_accuracy:.2%} "
+          f"({quant_accuracy / float_accuracy:.1%} of float)")
+    print("quantization ranges [min, max] of the eval graph:")
+    for var in G.global_variables(qg):
+        if var.op.name.endswith("_quant/min"):
+            scope = var.op.name[:-len("/min")]
+            lo = float(qsession.variable_value(var.op.name))
+            hi = float(qsession.variable_value(scope + "/max"))
+            print(f"  {scope:<36} [{lo:+8.4f}, {hi:+8.4f}]")
+    history.update(quant_delay_epochs=args.quant_delay_epochs, float_accuracy=float_accuracy,
+                   quantized_accuracy=quant_accuracy)
+    with open(os.path.join(args.out, "history.json"), "w") as f:
+        json.dump(history, f, indent=1)
+    plot = plot_history(history, os.path.join(args.out, "training_curves.png"))
+    print(f"saved: {model_graph} + {model_variables} (fake-quantized eval graph, trained values), "
+          f"{train_graph} + {train_variables} (training state)"
+          + (f", {plot}" if plot else " (pip install matplotlib for training_curves.png)"))
+    return 0 if quant_accuracy >= 0.95 * float_accuracy else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

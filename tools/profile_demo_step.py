@@ -1,0 +1,116 @@
+"""Profiles the demo's training step: where the main thread's time goes, by the code that is
+running (Python interpreter vs numpy, BLAS and fqcore's kernels), sampled with Linux perf.
+
+    python tools/profile_demo_step.py            # ms per step only
+    python tools/profile_demo_step.py --perf     # re-runs itself under `perf record -g`
+
+A sample counts for the first library on its call chain, from the innermost frame out, that is
+not libc, the dynamic loader or the kernel (those serve whoever called them). Samples whose chain
+perf cannot unwind past libc or the kernel (no frame pointers) are reported apart and counted as
+outside, so the split is conservative."""
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+
+CLASSES = (("BLAS", ("openblas", "libblas", "mkl")),
+           ("numpy", ("_multiarray_umath", "numpy", "libm.", "libmvec")),
+           ("fqcore kernels", ("_kernels", "libgomp")),
+           ("Python interpreter", ("libpython", "python3")))
+SERVICE = ("[kernel", "libc.", "libc-", "ld-linux", "libgcc", "libstdc++", "libpthread")
+INSIDE = {"BLAS", "numpy", "fqcore kernels"}
+
+
+def run_steps(steps, batch):
+    from fqcore import demo, quantize
+    from fqcore import graph as G
+    from fqcore.datasets import load_digits
+    from fqcore.malloc import keep_freed_memory
+    keep_freed_memory()
+    data = load_digits()
+    g, images, labels, logits, loss = demo.build_model(training=True)
+    quantize.experimental_create_training_graph(g, quant_delay=0)
+    with g.as_default():
+        train_op = G.MomentumOptimizer(0.01, 0.9).minimize(loss)
+    updates = g.get_collection(G.GraphKeys.UPDATE_OPS)
+    session = G.Session(g)
+    session.run(G.global_variables_initializer(g))
+    batches = [slice(i, i + batch) for i in range(0, len(data.x_train) - batch + 1, batch)]
+    feeds = [{images: data.x_train[s], labels: data.y_train[s]} for s in batches]
+    session.run([train_op, updates, loss], feeds[0])
+    start = time.perf_counter()
+    for k in range(steps):
+        session.run([train_op, updates, loss], feeds[k % len(feeds)])
+    elapsed = time.perf_counter() - start
+    print(f"demo model, batch {batch}: {len(g.get_operations())} graph ops, "
+          f"{elapsed / steps * 1e3:.2f} ms per training step ({steps} steps)")
+
+
+def classify(script_output):
+    """{class: samples} for the main thread (pid == tid) from `perf script -F pid,tid,ip,dso`."""
+    counts = collections.Counter()
+    main, chain = False, []
+    for line in script_output.splitlines() + [""]:
+        line = line.rstrip()
+        header = re.match(r"^\s*(\d+)/(\d+)\s*$", line)
+        if header:
+            main, chain = header.group(1) == header.group(2), []
+        elif line:
+            dso = re.search(r"\(([^()]*)\)\s*$", line)
+            if dso:
+                chain.append(dso.group(1))
+        elif main and chain:
+            counts[_class_of(chain)] += 1
+            main, chain = False, []
+    return counts
+
+
+def _class_of(chain):
+    for dso in chain:
+        base = os.path.basename(dso) if not dso.startswith("[") else dso
+        if base.startswith(SERVICE):
+            continue
+        for name, markers in CLASSES:
+            if any(m in base for m in markers) or any(m in dso for m in markers if m == "numpy"):
+                return name
+        return "other: " + base
+    return "unwound no further than libc/kernel"
+
+
+def profile_with_perf(steps, batch):
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "perf.data")
+        subprocess.run(["perf", "record", "-q", "-F", "999", "-g", "-o", data, "--", sys.executable,
+                        os.path.abspath(__file__), "--steps", str(steps), "--batch", str(batch)],
+                       check=True)
+        script = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,ip,dso"], check=True,
+                                capture_output=True, text=True).stdout
+    counts = classify(script)
+    total = sum(counts.values())
+    inside = sum(v for k, v in counts.items() if k in INSIDE)
+    print(f"main thread, {total} samples (whole process run, start-up included):")
+    for name, n in counts.most_common():
+        print(f"  {n / total:6.1%}  {name}")
+    print(f"inside numpy/BLAS/fqcore kernels: {inside / total:.1%}; outside: {1 - inside / total:.1%}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--perf", action="store_true", help="sample with perf and classify")
+    args = parser.parse_args()
+    if args.perf:
+        profile_with_perf(args.steps, args.batch)
+    else:
+        run_steps(args.steps, args.batch)
+
+
+if __name__ == "__main__":
+    main()
