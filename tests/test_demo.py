@@ -1,0 +1,58 @@
+"""The main job, `python -m fqcore demo`: trains, evaluates float and 8-bit, saves what it says."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import fqcore.graph as G
+from fqcore import demo
+from fqcore.datasets import load_digits
+
+
+def test_demo_trains_quantizes_and_saves(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = demo.main(["--epochs", "5", "--quant-delay-epochs", "2", "--freeze-bn-epochs", "4",
+                      "--out", str(out)])
+    printed = capsys.readouterr().out
+    history = json.loads((out / "history.json").read_text())
+    assert len(history["loss"]) == 5 and history["loss"][-1] < history["loss"][0]
+    assert history["float_accuracy"] > 0.85
+    assert code == (0 if history["quantized_accuracy"] >= 0.95 * history["float_accuracy"] else 1)
+    assert "fake-quantized 8-bit" in printed and "block1/act_quant" in printed
+    # The saved model is the fake-quantized eval graph with the trained values: restoring it
+    # gives the accuracy the demo printed.
+    graph, session = G.restore(str(out / "model"))
+    data = load_digits()
+    images = graph.get_tensor_by_name("images:0")
+    logits = graph.get_tensor_by_name("logits/act_quant/FakeQuantWithMinMaxVars:0")
+    predicted = session.run(logits, {images: data.x_test}).argmax(axis=1)
+    assert np.mean(predicted == data.y_test) == history["quantized_accuracy"]
+    assert not any(op.type in ("AssignSub", "ApplyMomentum") for op in graph.get_operations())
+
+
+def test_learning_rate_schedule():
+    rates = [demo.learning_rate_for(e, 0.05, 4, 9) for e in range(12)]
+    assert rates[:4] == [0.05] * 4 and rates[4:9] == [0.01] * 5 and rates[9:] == [0.002] * 3
+
+
+def test_demo_rejects_bad_arguments(capsys):
+    for argv in (["--epochs", "0"], ["--quant-delay-epochs", "20"], ["--freeze-bn-epochs", "-1"]):
+        try:
+            demo.main(argv)
+        except SystemExit as exit:
+            assert exit.code == 2
+        else:
+            raise AssertionError(f"{argv} was accepted")
+    assert "--quant-delay-epochs" in capsys.readouterr().err
+
+
+def test_module_entry_point_dispatches(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "fqcore", "demo", "--help"], capture_output=True,
+                            text=True, cwd=tmp_path)
+    assert result.returncode == 0 and "--quant-delay-epochs" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "fqcore", "bogus"], capture_output=True,
+                            text=True, cwd=tmp_path)
+    assert result.returncode == 2 and "usage" in result.stderr
+    assert not os.listdir(tmp_path)
