@@ -677,9 +677,6 @@ def test_depthwise_fold_reshapes_the_factors_to_in_channels_by_multiplier():
     assert fold.inputs[1].name == "dw/weights_quant/delayed_quant/Merge:0"  # quant_delay is set
 
 
-@pytest.mark.xfail(strict=True, reason="fold_batch_norms only folds Conv2D and DepthwiseConv2dNative;"
-                   " the spec (and contrib's matmul_reshape pattern) also folds MatMul -> Reshape -> "
-                   "FusedBatchNormV3 -> Reshape")
 def test_matmul_batch_norm_is_folded():
     g = G.Graph()
     with g.as_default():
@@ -694,6 +691,55 @@ def test_matmul_batch_norm_is_folded():
     names = {op.name for op in g.get_operations()}
     assert {"fc/MatMul_Fold", "fc/mul_fold"} <= names
     assert "fc/weights_quant" in fake_quants(g)
+
+
+def dense_bn_net(training=True, freeze_bn_delay=None):
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [16, 6], name="input")
+        y = L.dense(x, 5, activation="relu", batch_norm={"momentum": MOMENTUM, "epsilon": EPS},
+                    is_training=training, scope="fc")
+        G.identity(y, name="output")
+    return g
+
+
+def test_dense_batch_norm_folds_numerically():
+    """MatMul -> Reshape -> batch norm -> Reshape: before the freeze the folded layer equals batch
+    norm with batch statistics; from the freeze step on it uses the moving statistics."""
+    x = normal((16, 6), 21)
+    plain = dense_bn_net()
+    folded = dense_bn_net()
+    Q.experimental_create_training_graph(folded, quant_delay=100, freeze_bn_delay=2)
+    assert {"fc/MatMul_Fold", "fc/mul_fold", "fc/post_conv_mul", "fc/add_fold"} <= {
+        op.name for op in folded.get_operations()}
+    s_plain, s_folded = session(plain), session(folded)
+    w = normal((6, 5), 22)
+    for s in (s_plain, s_folded):
+        s.set_variable_value("fc/weights", w)
+        s.set_variable_value("fc/BatchNorm/gamma", np.linspace(0.5, 1.5, 5, dtype=np.float32))
+        s.set_variable_value("fc/BatchNorm/beta", np.linspace(-1, 1, 5, dtype=np.float32))
+    feed = {"input:0": x}
+    updates = folded.get_collection(G.GraphKeys.UPDATE_OPS)
+    first = s_folded.run(["output:0", updates], feed)[0]
+    np.testing.assert_allclose(first, s_plain.run("output:0", feed), rtol=1e-5, atol=1e-5)
+    mean = s_folded.variable_value("fc/BatchNorm/moving_mean").astype(np.float64)
+    var = s_folded.variable_value("fc/BatchNorm/moving_variance").astype(np.float64)
+    z = x.astype(np.float64) @ w
+    np.testing.assert_allclose(mean, 0.9 * 0 + 0.1 * z.mean(axis=0), rtol=1e-5, atol=1e-6)
+    frozen = s_folded.run(["output:0", updates], feed)[0]
+    gamma = np.linspace(0.5, 1.5, 5)
+    beta = np.linspace(-1, 1, 5)
+    expected = np.maximum(z * gamma / np.sqrt(var + EPS) + beta - mean * gamma / np.sqrt(var + EPS), 0)
+    np.testing.assert_allclose(frozen, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(s_folded.variable_value("fc/BatchNorm/moving_mean"), mean.astype(np.float32))
+
+
+def test_dense_batch_norm_eval_graph_folds_without_corrections():
+    g = dense_bn_net(training=False)
+    Q.experimental_create_eval_graph(g)
+    names = {op.name for op in g.get_operations()}
+    assert "fc/MatMul_Fold" in names and "fc/post_conv_mul" not in names
+    assert "fc/weights_quant" in fake_quants(g) and "fc/act_quant" in fake_quants(g)
 
 
 # -- 5. eval graphs ---------------------------------------------------------------------------

@@ -81,15 +81,21 @@ def depthwise_conv2d(x, kernel_size=3, depth_multiplier=1, stride=1, padding="SA
 
 def dense(x, units, activation=None, use_bias=True, batch_norm=None, is_training=True,
           scope="fully_connected"):
-    """MatMul [+ BiasAdd] [+ activation] on a [batch, features] input."""
+    """MatMul [+ BiasAdd | + BatchNorm] [+ activation] on a [batch, features] input. Batch norm
+    goes through a Reshape to [batch, 1, 1, units] and back, as TF-slim's fused batch norm does
+    (the pattern contrib folds)."""
     if x.shape is None or len(x.shape) != 2 or x.shape[1] is None:
-        raise ValueError(f"dense needs a [batch, features] input, got shape {x.shape}")
+        raise ValueError(f"dense needs an x of shape [batch, features], got shape {x.shape}")
     g = get_default_graph()
     with g.name_scope(scope):
         weights = variable("weights", glorot_uniform((x.shape[1], units), x.shape[1], units))
         y = build.matmul(x, weights.read)
         if batch_norm:
-            raise ValueError("dense: batch_norm after MatMul needs an NHWC tensor; use bias")
+            y = build.reshape(y, [-1, 1, 1, units])
+            y = batch_norm_layer(y, is_training=is_training,
+                                 **(batch_norm if isinstance(batch_norm, dict) else {}))
+            y = build.reshape(y, [-1, units])
+            return _finish(y, False, units, None, is_training, activation)
         return _finish(y, use_bias, units, None, is_training, activation)
 
 

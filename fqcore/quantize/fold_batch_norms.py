@@ -1,5 +1,6 @@
 """Batch-norm folding (contrib's _FoldFusedBatchNorms): a layer op followed by FusedBatchNormV3
-becomes <L>/<Op>_Fold on weights scaled by gamma/sigma, with training-time corrections."""
+becomes <L>/<Op>_Fold on weights scaled by gamma/sigma, with training-time corrections. A MatMul
+reaches the batch norm through a Reshape to [N, 1, 1, C] and comes back through another."""
 import numpy as np
 
 from ..graph import build
@@ -11,14 +12,14 @@ _LAYER_TYPES = ("Conv2D", "DepthwiseConv2dNative")
 class _Match:
     """One layer + batch-norm pair and the tensors the fold needs."""
 
-    def __init__(self, layer_op, bn_op):
+    def __init__(self, layer_op, bn_op, output):
         self.layer_op = layer_op
         self.bn_op = bn_op
         self.input_tensor = layer_op.inputs[0]
         self.weight_tensor = layer_op.inputs[1]
         self.gamma = bn_op.inputs[1]
         self.beta = bn_op.inputs[2]
-        self.output = bn_op.outputs[0]
+        self.output = output
         self.epsilon = bn_op.attrs.get("epsilon", 1e-3)
         self.training = bn_op.attrs.get("is_training", True)
         self.moving_mean = self.moving_variance = None
@@ -31,15 +32,26 @@ def _is_variable_read(tensor):
 
 
 def _find(graph):
-    """Layer ops whose output feeds only a FusedBatchNormV3, weights read from a variable."""
+    """Layer ops feeding a FusedBatchNormV3, weights read from a variable: Conv2D and depthwise
+    directly, MatMul through Reshape -> batch norm -> Reshape (the output is then the second
+    Reshape's)."""
     matches = []
     for bn_op in graph.get_operations():
         if bn_op.type != "FusedBatchNormV3":
             continue
-        layer_op = bn_op.inputs[0].op
-        if layer_op.type not in _LAYER_TYPES or not _is_variable_read(layer_op.inputs[1]):
+        layer_op, output = bn_op.inputs[0].op, bn_op.outputs[0]
+        if layer_op.type == "Reshape" and layer_op.inputs[0].op.type == "MatMul":
+            consumers = output.consumers()
+            if len(consumers) != 1 or consumers[0].type != "Reshape":
+                continue
+            layer_op, output = layer_op.inputs[0].op, consumers[0].outputs[0]
+            if layer_op.attrs.get("transpose_a") or layer_op.attrs.get("transpose_b"):
+                continue
+        elif layer_op.type not in _LAYER_TYPES:
             continue
-        match = _Match(layer_op, bn_op)
+        if not _is_variable_read(layer_op.inputs[1]):
+            continue
+        match = _Match(layer_op, bn_op, output)
         if match.training:
             _find_moving_average_updates(graph, match)
         else:
