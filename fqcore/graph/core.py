@@ -98,9 +98,15 @@ class Operation:
             raise ValueError(f"operation {self.name!r} has no attribute {key!r}") from None
 
     def _update_input(self, index, tensor):
-        """Reroutes input `index` to `tensor` (the rewrite's tool); shapes must agree."""
+        """Reroutes input `index` to `tensor` (the rewrite's tool); known shapes must agree."""
         if tensor.graph is not self.graph:
             raise ValueError(f"tensor {tensor.name!r} is from another graph than {self.name!r}")
+        old = self.inputs[index].shape
+        new = tensor.shape
+        if old is not None and new is not None and (len(old) != len(new) or any(
+                a is not None and b is not None and a != b for a, b in zip(old, new))):
+            raise ValueError(f"cannot reroute input {index} of {self.name!r} (shape {old}) to "
+                             f"{tensor.name!r} (shape {new})")
         self.inputs[index] = tensor
         self.graph._version += 1
 

@@ -158,8 +158,15 @@ class _Plan:
             cycle = sorted(op.name for op, n in waiting.items() if n > 0)[:5]
             raise ValueError(f"the graph has a cycle through {cycle}")
         self.order = order
-        self.steps = [(op, op_def(op.type).forward, op.inputs, op.outputs, op.control_inputs)
-                      for op in order]
+        # Only ops downstream of a Switch (through data or control edges) can see a dead value;
+        # the others skip the check.
+        can_die = set()
+        for op in order:
+            if op.type == "Switch" or any(t.op in can_die for t in op.inputs) or any(
+                    c in can_die for c in op.control_inputs):
+                can_die.add(op)
+        self.steps = [(op, op_def(op.type).forward, op.inputs, op.outputs, op.control_inputs,
+                       op in can_die and op.type != "Merge") for op in order]
         self.position = {op: i for i, op in enumerate(order)}
         self.backprop_paths = {}
 
@@ -198,10 +205,9 @@ class _Run:
 
     def execute(self):
         values = self.values
-        for op, forward, inputs, outputs, controls in self.plan.steps:
+        for op, forward, inputs, outputs, controls, can_die in self.plan.steps:
             args = [values[t] for t in inputs]
-            if any(a is DEAD for a in args) and op.type != "Merge" or \
-                    any(c in self.dead_ops for c in controls):
+            if can_die and (any(a is DEAD for a in args) or any(c in self.dead_ops for c in controls)):
                 self.dead_ops.add(op)
                 for t in outputs:
                     values[t] = DEAD
