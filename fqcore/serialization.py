@@ -7,11 +7,11 @@ together with its state arrays, bit for bit, in an .npz or .json file written at
 """
 import json
 import os
-import uuid
 from collections.abc import Mapping
 
 import numpy as np
 
+from .atomic_file import write_atomically
 from .quantizers import (AllValuesQuantizer, FixedQuantizer, LastValueQuantizer,
                          MovingAverageQuantizer, NoQuantizer, Quantizer)
 
@@ -153,46 +153,11 @@ def save_quantizer(path, quantizer, weights=None, format=None):
                   "bits": [int(b) for b in np.ascontiguousarray(value).reshape(-1).view(np.uint32)]}
             for key, value in weights.items()}
         payload = (json.dumps(header, allow_nan=False, indent=1) + "\n").encode("utf-8")
-        _write_atomically(path, lambda f: f.write(payload))
+        write_atomically(path, lambda f: f.write(payload))
     else:
         arrays = {"header": np.array(json.dumps(header, allow_nan=False))}
         arrays.update({"weight/" + key: value for key, value in weights.items()})
-        _write_atomically(path, lambda f: np.savez(f, **arrays))
-
-
-def _write_atomically(path, write):
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    temporary = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    # O_EXCL on a fresh name; mode 0o666 lets the umask decide the permissions, as open() would.
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory):
-    """Makes the rename durable (POSIX); where directories cannot be opened (Windows) there is nothing to do."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        write_atomically(path, lambda f: np.savez(f, **arrays))
 
 
 def load_quantizer(path):

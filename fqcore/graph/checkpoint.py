@@ -28,18 +28,16 @@ over the target with os.replace: an interrupted save leaves the previous file as
 """
 import base64
 import collections
-import contextlib
 import errno
 import hashlib
 import json
 import math
 import os
-import stat
-import tempfile
 import zipfile
 
 import numpy as np
 
+from ..atomic_file import write_atomically
 from .core import Graph, Operation, Tensor
 from .variables import Variable
 
@@ -68,7 +66,7 @@ def save_graph(graph, path):
         raise TypeError(f"graph must be an fqcore.graph.Graph, got {type(graph).__name__}")
     path = _output_path(path, "path")
     data = _dump_graph(graph)
-    _atomic_write(path, lambda f: f.write(data))
+    write_atomically(path, lambda f: f.write(data))
     return path
 
 
@@ -487,7 +485,7 @@ def _write_variables(path, values, graph_sha256=None):
                     if not array.flags.c_contiguous:
                         array = np.copy(array, order="C")
                     np.lib.format.write_array(member, array, allow_pickle=False)
-    _atomic_write(path, write)
+    write_atomically(path, write)
 
 
 def load_variables(session, path, var_list=None, strict=True):
@@ -635,7 +633,7 @@ def save(session, directory_or_prefix):
     # Everything that can fail on bad content fails before the first file is replaced.
     data = _dump_graph(session.graph)
     values = _collect_values(session, _variable_names(session.graph, None))
-    _atomic_write(graph_path, lambda f: f.write(data))
+    write_atomically(graph_path, lambda f: f.write(data))
     _write_variables(variables_path, values, hashlib.sha256(data).hexdigest())
     return graph_path, variables_path
 
@@ -694,59 +692,3 @@ def _open_for_reading(path, what):
         raise FileNotFoundError(errno.ENOENT, f"no {what} file at {path!r}", path) from None
 
 
-def _atomic_write(path, write):
-    """Runs write(file) on a temporary file beside `path`, fsyncs it and renames it over `path`.
-    On any error (or interrupt) the temporary file is removed and `path` is untouched."""
-    directory = os.path.dirname(os.path.abspath(path))
-    mode = _file_mode(path)
-    tmp = tempfile.NamedTemporaryFile(mode="wb", dir=directory, delete=False,
-                                      prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with tmp:
-            write(tmp)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        with contextlib.suppress(OSError):
-            os.chmod(tmp.name, mode)  # mkstemp's 0600 would make checkpoints private
-        os.replace(tmp.name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp.name)
-        raise
-    _fsync_directory(directory)
-
-
-def _file_mode(path):
-    """The mode the file would get from open(): the old file's, else 0666 minus the umask."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        return 0o666 & ~_umask()
-
-
-def _umask():
-    # Reading it with os.umask() means setting it, which races with other threads.
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
-def _fsync_directory(directory):
-    """Makes the rename durable (POSIX); best effort."""
-    if os.name != "posix":
-        return
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
