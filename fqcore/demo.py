@@ -150,8 +150,10 @@ def plot_history(history, path):
     right.set(xlabel="epoch", ylabel="accuracy")
     for axis in (left, right):
         axis.axvline(history["quant_delay_epochs"] + 0.5, color="gray", linestyle="--")
+        axis.axvline(history["freeze_bn_epochs"] + 0.5, color="gray", linestyle=":")
     right.legend()
-    fig.suptitle("fqcore demo: float, then fake-quantized 8-bit (dashed line) training")
+    fig.suptitle("fqcore demo: float training, fake-quantized 8-bit from the dashed line, "
+                 "batch-norm statistics frozen from the dotted one")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -205,7 +207,8 @@ def main(argv=None):
             lo = float(qsession.variable_value(var.op.name))
             hi = float(qsession.variable_value(scope + "/max"))
             print(f"  {scope:<36} [{lo:+8.4f}, {hi:+8.4f}]")
-    history.update(quant_delay_epochs=args.quant_delay_epochs, float_accuracy=float_accuracy,
+    history.update(quant_delay_epochs=args.quant_delay_epochs,
+                   freeze_bn_epochs=args.freeze_bn_epochs, float_accuracy=float_accuracy,
                    quantized_accuracy=quant_accuracy)
     with open(os.path.join(args.out, "history.json"), "w") as f:
         json.dump(history, f, indent=1)

@@ -122,6 +122,15 @@ class Graph:
         self._collections = {}
         self._control_stack = []
         self._version = 0
+        self.seed = 0
+        self._init_rng = None
+
+    def initializer_rng(self):
+        """The stream layers draw initial weights from: PCG64(graph.seed), made on first use, so
+        set `graph.seed` before building."""
+        if self._init_rng is None:
+            self._init_rng = np.random.Generator(np.random.PCG64(self.seed))
+        return self._init_rng
 
     # -- building -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -237,9 +246,6 @@ class Graph:
             return self.get_tensor_by_name(obj) if ":" in obj else self.get_operation_by_name(obj)
         raise TypeError(f"expected a Tensor, an Operation or a name, got {type(obj).__name__}")
 
-    def consumers(self, tensor):
-        return tensor.consumers()
-
     # -- collections ----------------------------------------------------------------------
     def add_to_collection(self, key, value):
         self._collections.setdefault(key, []).append(value)
@@ -304,8 +310,3 @@ def _as_tensor(value, graph):
         return value.read
     from . import build
     return build.constant(value)
-
-
-def float32_array(value):
-    """`value` as a float32 array (Python floats are TF's float32 constants)."""
-    return np.asarray(value, dtype=np.float32)

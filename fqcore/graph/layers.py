@@ -10,11 +10,7 @@ _ACTIVATIONS = {None: None, "relu": build.relu, "relu6": build.relu6, "sigmoid":
 
 
 def _rng():
-    """The default graph's initializer stream (seed with `graph.seed = n` before building)."""
-    g = get_default_graph()
-    if getattr(g, "_init_rng", None) is None:
-        g._init_rng = np.random.Generator(np.random.PCG64(getattr(g, "seed", 0)))
-    return g._init_rng
+    return get_default_graph().initializer_rng()
 
 
 def he_normal(shape, fan_in):
