@@ -48,7 +48,7 @@ def build(description, training):
                     y = G.relu(x) if kind == "relu" else G.relu6(x)
             elif kind == "fused_batch_norm":
                 with g.name_scope(_scope(scope) + "/"):
-                    y = G.layers.batch_norm_layer(x, momentum=layer["momentum"],
+                    y = G.layers.batch_norm(x, momentum=layer["momentum"],
                                                   epsilon=layer["epsilon"],
                                                   is_training=layer["is_training"])
             elif kind == "reduce_mean" and op == "pool":

@@ -589,7 +589,7 @@ def test_batch_norm_moving_statistics_update():
     g = G.Graph()
     with g.as_default():
         x = G.placeholder("float32", [3, 2, 2, 2], name="x")
-        y = G.layers.batch_norm_layer(x, momentum=momentum, scope="bn")
+        y = G.layers.batch_norm(x, momentum=momentum, scope="bn")
         updates = g.get_collection(GraphKeys.UPDATE_OPS)
         init = G.global_variables_initializer()
     s = G.Session(g)
@@ -614,7 +614,7 @@ def test_batch_norm_inference_uses_moving_statistics():
     g = G.Graph()
     with g.as_default():
         x = G.placeholder("float32", [2, 1, 1, 2], name="x")
-        y = G.layers.batch_norm_layer(x, is_training=False, scope="bn")
+        y = G.layers.batch_norm(x, is_training=False, scope="bn")
         init = G.global_variables_initializer()
     s = G.Session(g)
     s.run(init)
@@ -648,7 +648,7 @@ def test_builder_validation_errors_name_the_argument():
         with pytest.raises(ValueError, match="activation"):
             G.layers.conv2d(x, 2, activation="swish")
         with pytest.raises(ValueError, match="momentum"):
-            G.layers.batch_norm_layer(x, momentum=2.0)
+            G.layers.batch_norm(x, momentum=2.0)
         with pytest.raises(ValueError, match="conv2d.*NHWC"):
             G.layers.conv2d(G.placeholder("float32", [3, 4], name="flat"), 2)
 

@@ -684,7 +684,7 @@ def test_matmul_batch_norm_is_folded():
         with g.name_scope("fc"):
             w = G.variable("weights", normal((6, 5), 11))
             y = G.reshape(G.matmul(x, w.read), [4, 1, 1, 5])
-            y = L.batch_norm_layer(y)
+            y = L.batch_norm(y)
             y = G.relu(G.reshape(y, [4, 5], name="Reshape_1"))
         G.identity(y, name="output")
     Q.experimental_create_training_graph(g)

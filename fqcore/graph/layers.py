@@ -37,11 +37,15 @@ def _channels(x, name):
     return x.shape[3]
 
 
-def _finish(y, use_bias, channels, batch_norm, is_training, activation):
+def _normalize(y, bn_args, is_training):
+    """batch_norm(y) with the layer's `batch_norm` argument: True or a dict of arguments."""
+    return batch_norm(y, is_training=is_training, **(bn_args if isinstance(bn_args, dict) else {}))
+
+
+def _finish(y, use_bias, channels, bn_args, is_training, activation):
     """Bias or batch norm, then the activation: the pattern contrib.quantize matches."""
-    if batch_norm:
-        y = batch_norm_layer(y, is_training=is_training, **(batch_norm if isinstance(batch_norm, dict)
-                                                             else {}))
+    if bn_args:
+        y = _normalize(y, bn_args, is_training)
     elif use_bias:
         biases = variable("biases", np.zeros(channels, np.float32), initializer_name="zeros")
         y = build.bias_add(y, biases.read)
@@ -52,7 +56,7 @@ def _finish(y, use_bias, channels, batch_norm, is_training, activation):
 def conv2d(x, filters, kernel_size=3, stride=1, padding="SAME", activation="relu", use_bias=True,
            batch_norm=None, is_training=True, dilation=1, scope="Conv"):
     """Conv2D [+ BiasAdd | + BatchNorm] [+ activation] under `scope`. batch_norm: True or a
-    dict of batch_norm_layer arguments (it replaces the bias)."""
+    dict of batch_norm arguments (it replaces the bias)."""
     kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
     g = get_default_graph()
     with g.name_scope(scope):
@@ -88,14 +92,13 @@ def dense(x, units, activation=None, use_bias=True, batch_norm=None, is_training
         y = build.matmul(x, weights.read)
         if batch_norm:
             y = build.reshape(y, [-1, 1, 1, units])
-            y = batch_norm_layer(y, is_training=is_training,
-                                 **(batch_norm if isinstance(batch_norm, dict) else {}))
+            y = _normalize(y, batch_norm, is_training)
             y = build.reshape(y, [-1, units])
             return _finish(y, False, units, None, is_training, activation)
         return _finish(y, use_bias, units, None, is_training, activation)
 
 
-def batch_norm_layer(x, momentum=0.9, epsilon=1e-3, is_training=True, scope="BatchNorm"):
+def batch_norm(x, momentum=0.9, epsilon=1e-3, is_training=True, scope="BatchNorm"):
     """Fused batch norm with gamma, beta and moving statistics. Training normalizes with the batch
     statistics and adds the moving-average updates (moving -= (moving - stat) * (1 - momentum))
     to the UPDATE_OPS collection; inference uses the moving statistics."""
