@@ -341,6 +341,22 @@ def test_leftover_add_and_mul_after_quantized_tensors():
         assert (s.variable_value(name + "/min"), s.variable_value(name + "/max")) == (-6, 6)
 
 
+def test_leftover_quantizers_stay_asymmetric_with_symmetric_true():
+    """contrib passes `symmetric` to the layer quantizers only: a leftover Mul after a ReLU keeps
+    min = 0, where a symmetric range would mirror its max."""
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [2, 4, 4, 3], name="input")
+        y = L.conv2d(x, 4, activation="relu", scope="conv")
+        G.reduce_sum(G.multiply(y, F32(2.0), name="mul"), name="s")
+    Q.experimental_create_training_graph(g, symmetric=True)
+    s = session(g)
+    s.run("s:0", {"input:0": normal((2, 4, 4, 3), 31)})
+    assert s.variable_value("mul/activation_Mul_quant/min") == 0
+    assert s.variable_value("mul/activation_Mul_quant/max") > 0
+    assert s.variable_value("conv/act_quant/min") < 0      # symmetric: mirrored from the max
+
+
 def test_unmatched_ops_are_left_alone():
     g = G.Graph()
     with g.as_default():

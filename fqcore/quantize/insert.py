@@ -116,36 +116,39 @@ class _Inserter:
         return list(self.consumers.get(op, []))
 
     def insert(self, context, name, producer, consumers, moving_avg, bits, init_min=-6.0,
-               narrow_range=False, producer_scope=False, consumer_scope=False):
+               narrow_range=False, producer_scope=False, consumer_scope=False, symmetric=None):
         """contrib's _InsertQuantOp: skip out-of-scope producers/consumers and already
-        quantized tensors; build the tracker and fake quant; reroute the consumers."""
+        quantized tensors; build the tracker and fake quant; reroute the consumers. Symmetric
+        ranges follow the rewrite's option unless `symmetric` says otherwise."""
         scope = self.scope
         if producer_scope and scope and not producer.name.startswith(scope):
-            return False
+            return
         if consumer_scope and scope and any(not c.name.startswith(scope) for c in consumers):
-            return False
+            return
         prefix = common.add_context(context, name)
         x = producer.outputs[0]
         if _followed_by_fake_quant(x):
-            return False
+            return
         g = self.graph
+        symmetric = self.symmetric if symmetric is None else symmetric
         with g.name_scope(""):
             if moving_avg:
                 quant = quant_ops.moving_avg_quantize(
                     g, x, prefix, self.is_training, init_min=init_min, ema_decay=self.ema_decay,
-                    num_bits=bits, narrow_range=narrow_range, symmetric=self.symmetric)
+                    num_bits=bits, narrow_range=narrow_range, symmetric=symmetric)
             else:
                 quant = quant_ops.last_value_quantize(
                     g, x, prefix, self.is_training, init_min=init_min, num_bits=bits,
-                    narrow_range=narrow_range, symmetric=self.symmetric)
+                    narrow_range=narrow_range, symmetric=symmetric)
             if self.quant_delay and self.quant_delay > 0:
                 active = build.greater_equal(common.quantization_step(g),
-                                             np.int64(self.quant_delay), name=prefix + "/activate_quant")
-                quant = build.cond(active, lambda: quant, lambda: x, name=prefix + "/delayed_quant")
+                                             np.int64(self.quant_delay),
+                                             name=prefix + "/activate_quant")
+                quant = build.cond(active, lambda: quant, lambda: x,
+                                   name=prefix + "/delayed_quant")
         if consumers and common.reroute(quant, x, can_modify=consumers) < len(consumers):
             raise ValueError("no inputs quantized for ops: [" +
                              ", ".join(c.name for c in consumers) + "]")
-        return True
 
     def quantize_layer(self, match):
         context = common.context_of(match.layer_op.name)
@@ -188,8 +191,10 @@ class _Inserter:
         consumer is a ReLU that inference fuses into them (contrib's _QuantizeActivationLayers)."""
         for op in self.graph.get_operations():
             if _needs_leftover_quant(op, quantized):
+                # contrib inserts these with asymmetric ranges whatever `symmetric` says.
                 self.insert(op.name, f"activation_{op.type}_quant", op, self.consumers_of(op),
-                            moving_avg=True, bits=self.activation_bits, producer_scope=True)
+                            moving_avg=True, bits=self.activation_bits, producer_scope=True,
+                            symmetric=False)
 
 
 def _needs_leftover_quant(op, quantized):
