@@ -1,0 +1,461 @@
+"""The demo's training step in fqcore, TensorFlow and PyTorch, float and quantization-aware; prints a markdown table.
+
+Usage:  python benchmarks/compare_training.py [--tf-python /opt/tfenv/bin/python] [--tf-onednn both|on|off]
+                                             [--steps 100] [--repeats 7] [--warmup 20] [--no-torch] [--json FILE]
+
+The model is fqcore.demo.build_model's (conv3x3 32 + BN + relu6; a depthwise 3x3 + BN + relu6, pointwise 1x1 32
++ BN block with a residual add and relu6; conv3x3 stride 2 64 + BN + relu6; global average pool; dense 10;
+sparse softmax cross-entropy), trained with momentum-0.9 SGD on batches of 64 of the bundled 8x8 digits
+(fqcore.datasets.load_digits, handed to the other processes in a temporary .npz). Each framework runs in its
+own process (TensorFlow in --tf-python's, so it may live in another environment), and each process times its
+variants in interleaved repeats, alternating the order: one repeat is --steps back-to-back training steps,
+each fetching the loss; reported is the median over repeats of the ms per step. A framework that cannot be
+imported is reported as not installed.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BATCH = 64
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+RESULT_TAG = "COMPARE_TRAINING_RESULT "
+
+FQCORE_THREADS = ("fqcore kernels on 1 thread inside Session.run (its default), numpy's OpenBLAS at its default "
+                  "thread count")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shared by every worker process (numpy and the standard library only: the TF environment has no fqcore)
+
+
+def load_batches(path):
+    import numpy as np
+    with np.load(path) as f:
+        x, y = f["x"].astype(np.float32), f["y"].astype(np.int32)
+    return [(x[i:i + BATCH], y[i:i + BATCH]) for i in range(0, len(x) - BATCH + 1, BATCH)]
+
+
+def run_variants(steps_by_name, steps, repeats, warmup):
+    """steps_by_name: {variant: step(k) -> loss as a float}. Warm-up steps, then `repeats` rounds; in each,
+    every variant runs `steps` steps back to back, in alternating order from round to round."""
+    entries = list(steps_by_name.items())
+    first_loss = {}
+    for name, step in entries:
+        first_loss[name] = float(step(0))
+        for k in range(1, warmup):
+            step(k)
+    samples = {name: [] for name, _ in entries}
+    last_loss = {}
+    for r in range(repeats):
+        for name, step in (entries if r % 2 == 0 else entries[::-1]):
+            start = time.perf_counter()
+            for k in range(steps):
+                loss = step(k)
+            samples[name].append((time.perf_counter() - start) / steps * 1e3)
+            last_loss[name] = float(loss)
+    return {name: {"ms": samples[name], "first_loss": first_loss[name], "last_loss": last_loss[name]}
+            for name, _ in entries}
+
+
+# ---------------------------------------------------------------------------------------------------
+# fqcore: fqcore.demo.build_model, the float graph and experimental_create_training_graph(quant_delay=0)
+
+
+def worker_fqcore(batches, args):
+    import numpy as np
+    import fqcore
+    from fqcore import demo, quantize
+    from fqcore import graph as G
+    from fqcore.malloc import keep_freed_memory
+    malloc_note = keep_freed_memory()
+
+    def make(qat):
+        g, images, labels, logits, loss = demo.build_model(training=True)
+        if qat:
+            quantize.experimental_create_training_graph(g, quant_delay=0)
+        with g.as_default():
+            train_op = G.MomentumOptimizer(LEARNING_RATE, MOMENTUM).minimize(loss)
+        updates = g.get_collection(G.GraphKeys.UPDATE_OPS)
+        session = G.Session(g)
+        session.run(G.global_variables_initializer(g))
+        feeds = [{images: x, labels: y} for x, y in batches]
+        fetches = [train_op, updates, loss]
+        n_ops[qat] = len(g.get_operations())
+        return lambda k: session.run(fetches, feeds[k % len(feeds)])[2]
+
+    n_ops = {}
+    steps = {"fqcore float": make(False), "fqcore QAT": make(True)}
+    results = run_variants(steps, args.steps, args.repeats, args.warmup)
+    results["fqcore float"]["detail"] = f"Session, {n_ops[False]} graph ops"
+    results["fqcore QAT"]["detail"] = (f"experimental_create_training_graph(quant_delay=0), "
+                                       f"{n_ops[True]} graph ops")
+    return {"framework": f"fqcore {fqcore.__version__} (ISA {fqcore.get_isa()}), numpy {np.__version__}",
+            "threads": FQCORE_THREADS + "; " + malloc_note, "variants": results}
+
+
+# ---------------------------------------------------------------------------------------------------
+# TensorFlow: tf.compat.v1 graph + session (float), tf_keras + tfmot quantize_model (QAT)
+
+
+def tf_keras_model(K):
+    """The demo model as a tf_keras functional model, fused batch norm (tfmot folds these patterns)."""
+    L = K.layers
+
+    def bn(x):
+        return L.BatchNormalization(momentum=0.9, epsilon=1e-3, fused=True)(x)
+
+    images = K.Input((8, 8, 1), name="images")
+    x = L.ReLU(6.0)(bn(L.Conv2D(32, 3, padding="same", use_bias=False, name="conv1")(images)))
+    y = L.ReLU(6.0)(bn(L.DepthwiseConv2D(3, padding="same", use_bias=False, name="block1_dw")(x)))
+    y = bn(L.Conv2D(32, 1, use_bias=False, name="block1_pw")(y))
+    x = L.ReLU(6.0)(L.Add()([y, x]))
+    x = L.ReLU(6.0)(bn(L.Conv2D(64, 3, strides=2, padding="same", use_bias=False, name="conv2")(x)))
+    x = L.GlobalAveragePooling2D()(x)
+    logits = L.Dense(10, name="logits")(x)
+    return K.Model(images, logits)
+
+
+def tf_v1_float_step(tf, batches):
+    """tf.compat.v1 graph mode: v1 layers (conv, fused batch norm, dense), tf.nn.depthwise_conv2d,
+    MomentumOptimizer; one Session.run per step fetching [train_op, UPDATE_OPS, loss], as fqcore's."""
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        images = v1.placeholder(tf.float32, [None, 8, 8, 1], name="images")
+        labels = v1.placeholder(tf.int32, [None], name="labels")
+
+        def bn(x, scope):
+            return v1.layers.batch_normalization(x, momentum=0.9, epsilon=1e-3, fused=True, training=True,
+                                                 name=scope + "/BatchNorm")
+
+        x = tf.nn.relu6(bn(v1.layers.conv2d(images, 32, 3, padding="same", use_bias=False, name="conv1"),
+                           "conv1"))
+        with v1.variable_scope("block1"):
+            w = v1.get_variable("dw/depthwise_weights", [3, 3, 32, 1],
+                                initializer=v1.initializers.he_normal())
+            y = tf.nn.relu6(bn(tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME"), "dw"))
+            y = bn(v1.layers.conv2d(y, 32, 1, use_bias=False, name="pw"), "pw")
+            x = tf.nn.relu6(y + x)
+        x = tf.nn.relu6(bn(v1.layers.conv2d(x, 64, 3, strides=2, padding="same", use_bias=False,
+                                            name="conv2"), "conv2"))
+        x = tf.reduce_mean(x, axis=[1, 2])
+        logits = v1.layers.dense(x, 10, name="logits")
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        train_op = v1.train.MomentumOptimizer(LEARNING_RATE, MOMENTUM).minimize(loss)
+        updates = v1.get_collection(v1.GraphKeys.UPDATE_OPS)
+        init = v1.global_variables_initializer()
+        n_ops = len(graph.get_operations())
+    session = v1.Session(graph=graph)
+    session.run(init)
+    feeds = [{images: x, labels: y} for x, y in batches]
+    fetches = [train_op, updates, loss]
+    return (lambda k: session.run(fetches, feeds[k % len(feeds)])[2]), n_ops
+
+
+def tf_keras_step(tf, K, model, batches):
+    """A tf.function train step (GradientTape, SGD with momentum) on a tf_keras model."""
+    optimizer = K.optimizers.SGD(LEARNING_RATE, momentum=MOMENTUM)
+    loss_fn = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+    variables = model.trainable_variables
+
+    @tf.function
+    def train(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    data = [(tf.constant(x), tf.constant(y)) for x, y in batches]
+    return lambda k: train(*data[k % len(data)]).numpy()
+
+
+def worker_tf(batches, args):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"     # tf.compat.v1.layers and tfmot need Keras 2 (tf_keras)
+    import warnings
+    warnings.filterwarnings("ignore")
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
+    import tf_keras as K
+    tf.config.set_visible_devices([], "GPU")
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    label = "oneDNN" if onednn is None or onednn.lower() not in ("0", "false") else "Eigen"
+    float_step, n_ops = tf_v1_float_step(tf, batches)
+    steps = {f"TF float, v1 Session ({label})": float_step}
+    details = {f"TF float, v1 Session ({label})": f"tf.compat.v1.layers + MomentumOptimizer, {n_ops} graph ops"}
+    steps[f"TF float, tf_keras tf.function ({label})"] = tf_keras_step(tf, K, tf_keras_model(K), batches)
+    details[f"TF float, tf_keras tf.function ({label})"] = "GradientTape + SGD(momentum=0.9)"
+    versions = f"TensorFlow {tf.__version__}, tf_keras {K.__version__}"
+    try:
+        import tensorflow_model_optimization as tfmot
+    except ImportError as error:
+        qat_note = f"tfmot not installed ({error})"
+    else:
+        qmodel = tfmot.quantization.keras.quantize_model(tf_keras_model(K))
+        steps[f"TF QAT, tfmot quantize_model ({label})"] = tf_keras_step(tf, K, qmodel, batches)
+        details[f"TF QAT, tfmot quantize_model ({label})"] = "default 8-bit scheme, tf.function step"
+        versions += f", tensorflow-model-optimization {tfmot.__version__}"
+        qat_note = None
+    results = run_variants(steps, args.steps, args.repeats, args.warmup)
+    for name, text in details.items():
+        results[name]["detail"] = text
+    threads = (f"intra-op {tf.config.threading.get_intra_op_parallelism_threads()}, inter-op "
+               f"{tf.config.threading.get_inter_op_parallelism_threads()} (0 = TF's default: one per core)")
+    return {"framework": versions, "threads": threads, "variants": results, "note": qat_note,
+            "onednn": onednn}
+
+
+# ---------------------------------------------------------------------------------------------------
+# PyTorch: nn.Module eager (float; channels_last) and torch.ao.quantization eager-mode QAT
+
+
+def torch_model(torch, qat):
+    nn = torch.nn
+    from torch.ao.quantization import DeQuantStub, QuantStub
+
+    def bn(c):
+        return nn.BatchNorm2d(c, eps=1e-3, momentum=0.1)     # torch's momentum = 1 - TF's
+
+    class DemoNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant = QuantStub()
+            self.conv1, self.bn1, self.relu1 = nn.Conv2d(1, 32, 3, padding=1, bias=False), bn(32), nn.ReLU6()
+            self.dw = nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False)
+            self.bn_dw, self.relu_dw = bn(32), nn.ReLU6()
+            self.pw, self.bn_pw = nn.Conv2d(32, 32, 1, bias=False), bn(32)
+            self.add = torch.ao.nn.quantized.FloatFunctional()
+            self.relu_add = nn.ReLU6()
+            self.conv2 = nn.Conv2d(32, 64, 3, stride=2, padding=1, bias=False)
+            self.bn2, self.relu2 = bn(64), nn.ReLU6()
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(64, 10)
+            self.dequant = DeQuantStub()
+
+        def forward(self, x):
+            x = self.relu1(self.bn1(self.conv1(self.quant(x))))
+            y = self.relu_dw(self.bn_dw(self.dw(x)))
+            y = self.bn_pw(self.pw(y))
+            x = self.relu_add(self.add.add(y, x))
+            x = self.relu2(self.bn2(self.conv2(x)))
+            return self.dequant(self.fc(torch.flatten(self.pool(x), 1)))
+
+    model = DemoNet().train()
+    if qat:
+        aq = torch.ao.quantization
+        torch.backends.quantized.engine = "x86"
+        model.qconfig = aq.get_default_qat_qconfig("x86")
+        # Eager fusion knows conv+bn(+ReLU), not ReLU6: the ReLU6s stay separate modules.
+        aq.fuse_modules_qat(model, [["conv1", "bn1"], ["dw", "bn_dw"], ["pw", "bn_pw"], ["conv2", "bn2"]],
+                            inplace=True)
+        aq.prepare_qat(model, inplace=True)
+    return model
+
+
+def torch_step(torch, model, batches, channels_last=False):
+    import torch.nn.functional as F
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = model.to(memory_format=fmt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
+    data = [(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(memory_format=fmt),
+             torch.from_numpy(y).long()) for x, y in batches]
+
+    def step(k):
+        x, y = data[k % len(data)]
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+    return step
+
+
+def worker_torch(batches, args):
+    import torch
+    torch.set_num_threads(2)
+    steps = {"PyTorch float": torch_step(torch, torch_model(torch, False), batches),
+             "PyTorch float, channels_last": torch_step(torch, torch_model(torch, False), batches, True),
+             "PyTorch QAT, eager prepare_qat": torch_step(torch, torch_model(torch, True), batches)}
+    results = run_variants(steps, args.steps, args.repeats, args.warmup)
+    results["PyTorch float"]["detail"] = "nn.Module, eager, NCHW"
+    results["PyTorch float, channels_last"]["detail"] = "nn.Module, eager, NHWC memory format"
+    results["PyTorch QAT, eager prepare_qat"]["detail"] = (
+        "fuse_modules_qat conv+bn, x86 default QAT qconfig, NCHW")
+    return {"framework": f"PyTorch {torch.__version__}",
+            "threads": f"torch.set_num_threads(2); inter-op {torch.get_num_interop_threads()}",
+            "variants": results}
+
+
+WORKERS = {"fqcore": worker_fqcore, "tf": worker_tf, "torch": worker_torch}
+
+
+def worker_main(args):
+    """Runs one framework's variants and prints the result as one tagged JSON line."""
+    batches = load_batches(args.data)
+    try:
+        result = WORKERS[args.worker](batches, args)
+    except ImportError as error:
+        result = {"missing": f"not installed ({error})"}
+    print(RESULT_TAG + json.dumps(result), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# The driver
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average():
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def run_worker(python, name, data, args, env=None):
+    """(result dict, None) or (None, why it was not measured). env: variables to set (None: to unset)."""
+    if python is None:
+        return None, "skipped"
+    child_env = dict(os.environ)
+    for key, value in (env or {}).items():      # None: unset
+        if value is None:
+            child_env.pop(key, None)
+        else:
+            child_env[key] = value
+    command = [python, os.path.abspath(__file__), "--worker", name, "--data", data, "--steps", str(args.steps),
+               "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=child_env)
+    except OSError as error:
+        return None, f"not installed ({python}: {error.strerror})"
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            result = json.loads(line[len(RESULT_TAG):])
+            if "missing" in result:
+                return None, result["missing"]
+            return result, None
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return None, f"failed (exit {done.returncode}: {tail})"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def driver_main(args):
+    import numpy as np
+    try:
+        from fqcore.datasets import load_digits
+    except ImportError as error:
+        print(f"fqcore is not importable in {sys.executable}: {error}", file=sys.stderr)
+        return 1
+    data = load_digits()
+    print("# The demo's training step: fqcore vs TensorFlow vs PyTorch\n")
+    load = load_average()
+    load = "" if load is None else f"; 1-minute load average at the start: {load:.2f}"
+    print(f"- CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; Python {platform.python_version()}{load} "
+          "(other busy processes skew every figure)")
+    print(f"- Batch {BATCH} of 8x8x1 digits ({len(data.x_train)} training images, consecutive batches), "
+          f"momentum {MOMENTUM} SGD at {LEARNING_RATE}; {args.warmup} warm-up steps, then {args.repeats} "
+          f"repeats of {args.steps} steps per variant, interleaved within each process; reported: the median "
+          "over repeats (and the range) of ms per step")
+    jobs = [("fqcore", sys.executable, {})]
+    if not args.no_torch:
+        jobs.append(("torch", sys.executable, {}))
+    onednn = {"both": ["0", None], "off": ["0"], "on": [None]}[args.tf_onednn]
+    for value in onednn:
+        jobs.append(("tf", args.tf_python, {"TF_ENABLE_ONEDNN_OPTS": value}))
+
+    rows, notes, results, variants = [], [], {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "digits.npz")
+        np.savez(path, x=data.x_train.astype(np.float32).reshape(-1, 8, 8, 1), y=data.y_train.astype(np.int32))
+        for name, python, env in jobs:
+            load = load_average()
+            result, why = run_worker(python, name, path, args, env)
+            title = {"fqcore": "fqcore", "torch": "PyTorch",
+                     "tf": "TensorFlow" + (" (TF_ENABLE_ONEDNN_OPTS=0)" if env.get("TF_ENABLE_ONEDNN_OPTS")
+                                           else " (default: oneDNN)")}[name]
+            if result is None:
+                if name == "tf" and python is None:
+                    why = "skipped (no --tf-python)"
+                rows.append([title, why, "", "", "", ""])
+                continue
+            notes.append(f"- {title}: {result['framework']}; threads: {result['threads']}"
+                         + (f"; load average when it started: {load:.2f}" if load is not None else ""))
+            if result.get("note"):
+                notes.append(f"  ({result['note']})")
+            results[title] = result
+            variants.update(result["variants"])
+
+    reference = variants.get("fqcore QAT")
+    ref_ms = statistics.median(reference["ms"]) if reference else None
+    measured = []
+    for variant, r in variants.items():
+        med = statistics.median(r["ms"])
+        relative = f"{med / ref_ms:.2f}x" if ref_ms else "n/a"
+        measured.append([variant, f"{med:.2f}", f"{min(r['ms']):.2f}-{max(r['ms']):.2f}", relative,
+                         f"{r['first_loss']:.2f} -> {r['last_loss']:.2f}", r.get("detail", "")])
+    print("\n".join(notes) + "\n")
+    print(table(["variant", "ms/step", "range", "relative to fqcore QAT", "loss: first -> last", "how"],
+                measured + rows))
+    print("\nrelative to fqcore QAT = the variant's median ms/step / fqcore QAT's (below 1: faster than fqcore QAT).")
+    print("Fake-quant semantics differ. fqcore is contrib.quantize's rewrite: batch norm folded into the "
+          "weights (with contrib's corrections), per-tensor last-value weight ranges, EMA activation ranges. "
+          "tfmot's default 8-bit scheme does not fold: it fake-quantizes the unfolded conv weights (per channel, "
+          "symmetric) and the output after batch norm + ReLU6. PyTorch's eager QAT (x86 qconfig) fuses conv+bn "
+          "into ConvBn2d (folded weights, per-channel symmetric) but cannot fuse ReLU6, so it fake-quantizes the "
+          "conv+bn output and each ReLU6 output, with 7-bit activation ranges (reduce_range) and its own "
+          "fused observer + fake-quant op.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "not_measured": {r[0]: r[1] for r in rows}, "frameworks": results},
+                      f, indent=1)
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tf-python", metavar="PYTHON",
+                        help="a Python with TensorFlow (+ tf_keras, tensorflow-model-optimization), e.g. "
+                             "/opt/tfenv/bin/python; without it TensorFlow is skipped")
+    parser.add_argument("--tf-onednn", choices=["both", "on", "off"], default="both",
+                        help="TF runs: with TF_ENABLE_ONEDNN_OPTS=0 (off, Eigen kernels), TF's default "
+                             "(on, oneDNN), or both (default)")
+    parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    parser.add_argument("--steps", type=int, default=100, help="timed steps per repeat (default 100)")
+    parser.add_argument("--repeats", type=int, default=7, help="repeats per variant (default 7)")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed steps first (default 20)")
+    parser.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
+    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for name in ("steps", "repeats", "warmup"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    if args.worker:
+        return worker_main(args)
+    return driver_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
