@@ -167,10 +167,28 @@ static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n,
    chooses. */
 static void forward_flat(const float *x, float *out, size_t n, const fq_grid_table *grids) {
     /* The chunks of the interleaved grid, in order: one pointer that wraps with the period; each
-       chunk of 16 positions is two vectors. */
+       chunk of 16 positions is two vectors. Two chunks a step, all four vectors loaded before
+       any is stored. */
     const float *chunk = grids->grid, *const end = grids->grid + fq_grid_offset(grids->period, 0);
-    for (size_t i = 0; i < n; i += 16) {
-        _mm_prefetch((const char *)(x + i + FQ_PREFETCH_AHEAD), _MM_HINT_T0);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 v[4];
+        for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + i + 8 * k);
+        for (int k = 0; k < 4; ++k) {
+            const float *c = chunk + 8 * (k & 1);
+            const grid8 q = {_mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MIN),
+                             _mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MAX),
+                             _mm256_loadu_ps(c + 16 * FQ_GRID_SCALE),
+                             _mm256_loadu_ps(c + 16 * FQ_GRID_INV_SCALE),
+                             _mm256_loadu_ps(c + 16 * FQ_GRID_QUANT_ZERO)};
+            _mm256_storeu_ps(out + i + 8 * k, forward_mul8(v[k], &q));
+            if (k & 1) {
+                chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;
+                chunk = chunk == end ? grids->grid : chunk;
+            }
+        }
+    }
+    for (; i < n; i += 16) {
         for (int half = 0; half < 2; ++half) {
             const float *c = chunk + 8 * half;
             const grid8 q = {_mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MIN),

@@ -205,10 +205,25 @@ static inline size_t next_position(size_t p, size_t period) {
 }
 
 static void forward_flat(const float *x, float *out, size_t n, const fq_grid_table *grids) {
-    /* The chunks of the interleaved grid, in order: one pointer that wraps with the period. */
+    /* The chunks of the interleaved grid, in order: one pointer that wraps with the period. Four
+       vectors a step, loaded before any grid load or store (fq_channel_walk.h has the numbers). */
     const float *chunk = grids->grid, *const end = grids->grid + fq_grid_offset(grids->period, 0);
-    for (size_t i = 0; i < n; i += 16) {
-        _mm_prefetch((const char *)(x + i + FQ_PREFETCH_AHEAD), _MM_HINT_T0);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 v[4];
+        for (int k = 0; k < 4; ++k) v[k] = _mm512_loadu_ps(x + i + 16 * k);
+        for (int k = 0; k < 4; ++k) {
+            const grid16 q = {_mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MIN),
+                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MAX),
+                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_SCALE),
+                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_INV_SCALE),
+                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_QUANT_ZERO)};
+            _mm512_storeu_ps(out + i + 16 * k, forward_mul16(v[k], &q));
+            chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;
+            chunk = chunk == end ? grids->grid : chunk;
+        }
+    }
+    for (; i < n; i += 16) {
         const grid16 q = {_mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MIN),
                           _mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MAX),
                           _mm512_loadu_ps(chunk + 16 * FQ_GRID_SCALE),

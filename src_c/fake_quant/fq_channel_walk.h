@@ -11,14 +11,13 @@
    the last-level cache go as one flat loop instead, whose position wraps without a branch: a short
    loop per row ends in a mispredicted branch every few vectors, and each one throws away the
    memory reads in flight ([131072, 128]: 1.7-2.2x against 2.3-2.6x; [32768, 128]: 2.5x against
-   3.7x). */
+   3.7x). The flat loop takes four vectors a step, all loaded before any grid load or store, as the
+   per-tensor loop does: more memory reads in flight ([131072, 128]: 1.1-1.2x against 1.6-2.1x one
+   vector at a time with software prefetch; [65536, 256]: 1.1x against 1.7-1.9x; prefetching on
+   top of it measured slower). */
 #define FQ_ROWS_PER_GRID 4
 #define FQ_IN_CACHE_ELEMENTS ((size_t)1 << 21)
 #define FQ_SHORT_PERIOD ((size_t)256)
-/* Floats ahead of the flat loop to prefetch: its grid loads take room in the out-of-order window
-   that would otherwise keep more memory reads in flight (measured: 9.1 ms -> 7.3 ms on
-   [131072, 128]). */
-#define FQ_PREFETCH_AHEAD 1024
 
 /* Whether a call over `rows` rows, positions [p0, p1) of each period, walks flat. */
 static inline int fq_channel_forward_is_flat(size_t rows, size_t period, size_t p0, size_t p1) {

@@ -1002,6 +1002,18 @@ static void test_per_channel_large(void) {
                           counter % 4 == 1 ? G_ONE_BAD : counter % 4 == 3 ? G_CANCEL : G_PAIRS, 1, ALIAS_NONE);
 }
 
+/* Calls beyond FQ_IN_CACHE_ELEMENTS with short periods of whole vectors: the forward's flat walk
+   (one thread: a thread's share of the rows is what decides), and periods that do not take it. */
+static void test_per_channel_flat_walk(void) {
+    const size_t shapes[][2] = {{128, 16400}, {256, 8200}, {16, 131080}, {144, 14600}, {130, 16200}};
+    unsigned counter = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k)
+        for (int op = OP_CHAN; op <= OP_CHAN_GRAD; ++op, ++counter)
+            check_channel((op_id)op, shapes[k][0], shapes[k][1], 2 + (int)(counter * 5 % 15),
+                          (int)(counter & 1), 10, counter % 2 ? X_INSIDE : X_MIXED, G_PAIRS, 1,
+                          ALIAS_NONE);
+}
+
 int main(void) {
     static const harness_section sections[] = {
         {"statuses and settings", test_errors},
@@ -1012,6 +1024,7 @@ int main(void) {
         {"per-tensor large, threads 1..4", test_large_sizes},
         {"per-channel shapes", test_per_channel},
         {"per-channel large, threads 1..4", test_per_channel_large},
+        {"per-channel flat walk, threads 1..4", test_per_channel_flat_walk},
     };
     return harness_main("C kernel harness (fake quantization)", sections,
                         sizeof sections / sizeof sections[0]);
