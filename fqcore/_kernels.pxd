@@ -80,3 +80,4 @@ cdef extern from "fqcore.h" nogil:
                          float *offset_backprop)
 
     fq_status fq_f32_range(const float *x, size_t n, size_t channels, float *min, float *max)
+    fq_status fq_f32_moving_average(float *values, const float *targets, size_t n, float rate)

@@ -193,3 +193,13 @@ def batch_range(const float[::1] x, float[::1] min, float[::1] max):
     with nogil:
         rc = fq_f32_range(_cptr(x), x.shape[0], min.shape[0], _ptr(min), _ptr(max))
     _check(rc)
+
+
+def moving_average(float[::1] values, const float[::1] targets, float rate):
+    cdef fq_status rc
+    if values.shape[0] != targets.shape[0]:
+        raise ValueError(f"values and targets must have the same length, got {values.shape[0]} "
+                         f"and {targets.shape[0]}")
+    with nogil:
+        rc = fq_f32_moving_average(_ptr(values), _cptr(targets), values.shape[0], rate)
+    _check(rc)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import ops
+from . import _kernels, ops
 from .observe import batch_range
 
 __all__ = ["Quantizer", "LastValueQuantizer", "MovingAverageQuantizer", "AllValuesQuantizer",
@@ -391,21 +391,18 @@ class MovingAverageQuantizer(_RangeQuantizer):
                 lo[...] = _ftz(v_min - _ftz(_ftz(v_min - range_min) * rate))
                 hi[...] = _ftz(v_max - _ftz(_ftz(v_max - range_max) * rate))
                 return
-        with np.errstate(all="ignore"):
-            # Per axis (or out-of-range per-tensor values): both bounds side by side, half the
-            # numpy calls (their per-call cost is what matters at this size).
-            v = np.concatenate((lo.reshape(-1), hi.reshape(-1)))
-            target = np.concatenate((np.reshape(range_min, -1), np.reshape(range_max, -1)))
-            diff = v - target
-            step = diff * rate
-            result = v - step
-            magnitude = np.abs(np.concatenate((v, diff, step, result)))
-            if ((magnitude < _TINY) & (magnitude > 0)).any():  # rare: redo with every step flushed
-                v = _ftz_array(v)
-                result = _ftz_array(v - _ftz_array(_ftz_array(v - target) * rate))
-        c = lo.size
-        lo[...] = result[:c].reshape(lo.shape)
-        hi[...] = result[c:].reshape(hi.shape)
+        # Per axis (or out-of-range per-tensor values): in C, where the float environment flushes
+        # denormals as TF's threads do (numpy would need a pass per operation to find them).
+        _update_moving_average(lo, range_min, rate)
+        _update_moving_average(hi, range_max, rate)
+
+
+def _update_moving_average(state, target, rate):
+    """state -= (state - target) * rate, in place, each operation in float32 with flush to zero."""
+    values = ops._flat(state)
+    _kernels.moving_average(values, ops._flat(np.asarray(target, np.float32)), rate)
+    if not np.shares_memory(values, state):
+        state[...] = values.reshape(state.shape)
 
 
 class AllValuesQuantizer(_RangeQuantizer):

@@ -321,3 +321,64 @@ def test_c_validation_through_the_binding():
     _kernels.batch_range(x, lo, hi)
     assert_bits(lo, np.arange(5, dtype=np.float32))
     assert_bits(hi, np.arange(5, 10, dtype=np.float32))
+
+
+# -- The moving-average state update (fq_f32_moving_average) ---------------------------------
+
+def _flushed(a):
+    """float32 `a` with denormals replaced by zeros of their sign (TF's threads)."""
+    a = np.asarray(a, np.float32)
+    return np.where(np.abs(a) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), a), a)
+
+
+def _moving_average_model(values, targets, rate):
+    """values - (values - targets) * rate, each operation in float32 and flushed, as TF's
+    assign_moving_average runs on its flush-to-zero threads."""
+    with np.errstate(all="ignore"):
+        v, t = _flushed(values), _flushed(targets)
+        return _flushed(v - _flushed(_flushed(v - t) * rate))
+
+
+def _same_bits(a, b):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    nan = np.isnan(a) & np.isnan(b)
+    return np.array_equal(a.view(np.uint32)[~nan], b.view(np.uint32)[~nan]) and np.array_equal(
+        np.isnan(a), np.isnan(b))
+
+
+@pytest.mark.parametrize("rate", [np.float32(1.0 - 0.999), np.float32(0.5), np.float32(1.0)])
+def test_moving_average_matches_the_flushing_model(rate):
+    rng = np.random.default_rng(7)
+    tiny = np.finfo(np.float32).tiny
+    specials = np.array([0.0, -0.0, tiny, -tiny, tiny / 2, -tiny / 3, 3e38, -3e38, np.inf, -np.inf,
+                         np.nan, 1e-30, -1e-35, 2 * tiny, 1.5], np.float32)
+    values = np.concatenate([specials, rng.standard_normal(200).astype(np.float32),
+                             (rng.standard_normal(200) * tiny * 4).astype(np.float32)])
+    targets = np.concatenate([specials[::-1], rng.standard_normal(200).astype(np.float32),
+                              (rng.standard_normal(200) * tiny * 3).astype(np.float32)])
+    expected = _moving_average_model(values, targets, rate)
+    got = values.copy()
+    _kernels.moving_average(got, targets, rate)
+    assert _same_bits(got, expected)
+    assert (np.abs(got[got != 0]) >= tiny).all() or np.isnan(got[got != 0]).any()
+
+
+def test_moving_average_quantizer_per_axis_flushes_state():
+    """A per-axis moving average whose step is a denormal: TF's threads flush the step, so the
+    value stays where it was (without the flush it would move by the denormal)."""
+    tiny = np.finfo(np.float32).tiny
+    q = fqcore.MovingAverageQuantizer(8, True, False, False)
+    x = np.array([[3 * tiny, -2.0, 1.0], [5 * tiny, -1.0, 2.0]], np.float32)
+    state = q.build(x.shape, "x", None)
+    start = np.float32(tiny * 1.0004)
+    state["min_var"][...] = start
+    expected_min = _moving_average_model(state["min_var"], np.minimum(x.min(axis=0), 0), q._rate)
+    q(x, True, state)
+    assert _same_bits(state["min_var"], expected_min)
+    assert state["min_var"][0] == start
+    assert start - start * q._rate != start  # what unflushed float32 arithmetic would give
+
+
+def test_moving_average_checks_lengths():
+    with pytest.raises(ValueError, match="same length"):
+        _kernels.moving_average(np.zeros(3, np.float32), np.zeros(2, np.float32), np.float32(0.1))

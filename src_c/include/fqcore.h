@@ -144,6 +144,12 @@ fq_status fq_bn_grad(const void *y_backprop, const void *x, fq_dtype dtype, fq_b
    Errors: n % channels != 0, or channels == 0 with n > 0: FQ_ERR_BAD_SHAPE. */
 fq_status fq_f32_range(const float *x, size_t n, size_t channels, float *min, float *max);
 
+/* A moving-average quantizer's state update (tfmot's, and assign_moving_average's without
+   debiasing): values[i] = values[i] - (values[i] - targets[i]) * rate for i < n, each operation in
+   float32 with denormals flushed to zero (inputs and results, signs kept) and round to nearest, as
+   TF's CPU threads compute it. values and targets must not overlap. */
+fq_status fq_f32_moving_average(float *values, const float *targets, size_t n, float rate);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../include/fqcore.h"
+#include "../common/fpenv.h"
 #include "../common/parallel.h"
 #include "../common/period.h"
 #include "../common/runtime.h"
@@ -258,4 +259,14 @@ fq_status fq_f32_range(const float *x, size_t n, size_t channels, float *min, fl
     const fq_range_kernels *k = active_kernels();
     if (k->flat_block % channels == 0) return range_flat(k, x, n, channels, min, max);
     return range_rows(k, x, n, channels, min, max);
+}
+
+fq_status fq_f32_moving_average(float *values, const float *targets, size_t n, float rate) {
+    if (n > 0 && (values == NULL || targets == NULL)) return FQ_ERR_NULL_POINTER;
+    /* A handful of values per quantizer: one thread, no SIMD; the float environment does the
+       flushing that TF's threads do (and -ffp-contract=off keeps the two roundings). */
+    const fq_fpenv saved = fq_fpenv_enter();
+    for (size_t i = 0; i < n; ++i) values[i] = values[i] - (values[i] - targets[i]) * rate;
+    fq_fpenv_leave(saved);
+    return FQ_OK;
 }

@@ -219,6 +219,38 @@ static void sweep_large(void) {
     }
 }
 
+/* fq_f32_moving_average against hand-worked float32 results, on whatever FP mode the caller
+   has: a denormal step is flushed (the value stays), a denormal value counts as a zero of its
+   sign, a result below FLT_MIN becomes a zero of its sign, infinities and NaN propagate. */
+static void test_moving_average(void) {
+    const float tiny = from_bits(0x00800000u), rate = 0.001f;
+    const float start = from_bits(0x00800d1bu); /* just above FLT_MIN */
+    typedef struct {
+        float v, t, rate;
+        uint32_t expected;
+    } ecase;
+    const ecase cases[] = {
+        {start, 0.0f, rate, 0x00800d1bu},             /* step 1e-41: flushed, value unchanged */
+        {from_bits(0x00000005u), 1.0f, 0.5f, 0x3f000000u},   /* denormal value counts as +0 */
+        {from_bits(0x80000005u), 0.0f, 0.5f, 0x00000000u},   /* -0 - (-0 - 0) * r = +0 */
+        {1.5f * tiny, 2.5f * tiny, 0.5f, 0x00c00000u},       /* step -0.5 tiny flushed to -0 */
+        {tiny, -1.0f * tiny, 0.75f, 0x80000000u},           /* tiny - 1.5 tiny = -0.5 tiny -> -0 */
+        {3.0f, 1.0f, 0.5f, 0x40000000u},                    /* 3 - (3 - 1) * 0.5 = 2 */
+        {__builtin_inff(), 1.0f, rate, 0x7fc00000u},        /* inf - inf * r: a NaN */
+        {1.0f, __builtin_inff(), rate, 0x7f800000u},        /* 1 - (-inf) * r = +inf */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
+        float v = cases[k].v;
+        expect(fq_f32_moving_average(&v, &cases[k].t, 1, cases[k].rate) == FQ_OK, "case %zu ok", k);
+        const uint32_t want = cases[k].expected;
+        expect(want == 0x7fc00000u ? v != v : to_bits(v) == want,
+               "moving average case %zu: got %08x, expected %08x", k, to_bits(v), want);
+    }
+    expect(fq_f32_moving_average(NULL, NULL, 0, rate) == FQ_OK, "n 0: nothing to do");
+    float one = 1.0f;
+    expect(fq_f32_moving_average(&one, NULL, 1, rate) == FQ_ERR_NULL_POINTER, "targets NULL");
+}
+
 int main(void) {
     static const harness_section sections[] = {
         {"statuses", test_errors},
@@ -226,6 +258,7 @@ int main(void) {
         {"NaN", test_nan},
         {"shapes x offsets", sweep_shapes},
         {"large, threads 1..4", sweep_large},
+        {"moving-average update", test_moving_average},
     };
     return harness_main("C kernel harness (range)", sections, sizeof sections / sizeof sections[0]);
 }
