@@ -12,7 +12,6 @@ allocating the result. TF and PyTorch run on one thread (tf.config.threading, to
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -29,8 +28,10 @@ except ImportError:  # not on Windows: page faults go uncounted
 
 try:  # run as a script, benchmarks/ is on sys.path; imported by asv, it is a package
     from . import compare_batch_norm
+    from .machine import cpu_model
 except ImportError:
     import compare_batch_norm
+    from machine import cpu_model
 
 OPS = ["args", "args_gradient", "vars", "vars_gradient", "vars_per_channel", "vars_per_channel_gradient"]
 SIZES = [65536, 1048576, 16777216]
@@ -336,17 +337,6 @@ def tf_onednn_text():
         return "TF_ENABLE_ONEDNN_OPTS unset: TF's default, oneDNN kernels on x86"
     state = "off (Eigen)" if value.lower() in ("0", "false") else "on"
     return f"TF_ENABLE_ONEDNN_OPTS={value}: oneDNN kernels {state}"
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 # ---------------------------------------------------------------------------------------------------

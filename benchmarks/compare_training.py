@@ -22,6 +22,11 @@ import sys
 import tempfile
 import time
 
+try:  # run as a script, benchmarks/ is on sys.path; imported by asv, it is a package
+    from .machine import cpu_model
+except ImportError:
+    from machine import cpu_model
+
 BATCH = 64
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
@@ -309,17 +314,6 @@ def worker_main(args):
 
 # ---------------------------------------------------------------------------------------------------
 # The driver
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load_average():

@@ -165,6 +165,15 @@ static void mask_sums__avx2(const float *g, const float *x, float *dx, size_t n,
 
 /* Per-channel kernels walk the rows in memory order; fq_channel_walk.h says how the forward
    chooses. */
+/* The grid of 8 positions at `c`, inside one chunk of the interleaved table. */
+static inline grid8 chunk_grid(const float *c) {
+    return (grid8){_mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MIN),
+                   _mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MAX),
+                   _mm256_loadu_ps(c + 16 * FQ_GRID_SCALE),
+                   _mm256_loadu_ps(c + 16 * FQ_GRID_INV_SCALE),
+                   _mm256_loadu_ps(c + 16 * FQ_GRID_QUANT_ZERO)};
+}
+
 static void forward_flat(const float *x, float *out, size_t n, const fq_grid_table *grids) {
     /* The chunks of the interleaved grid, in order: one pointer that wraps with the period; each
        chunk of 16 positions is two vectors. Two chunks a step, all four vectors loaded before
@@ -176,11 +185,7 @@ static void forward_flat(const float *x, float *out, size_t n, const fq_grid_tab
         for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + i + 8 * k);
         for (int k = 0; k < 4; ++k) {
             const float *c = chunk + 8 * (k & 1);
-            const grid8 q = {_mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MIN),
-                             _mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MAX),
-                             _mm256_loadu_ps(c + 16 * FQ_GRID_SCALE),
-                             _mm256_loadu_ps(c + 16 * FQ_GRID_INV_SCALE),
-                             _mm256_loadu_ps(c + 16 * FQ_GRID_QUANT_ZERO)};
+            const grid8 q = chunk_grid(c);
             _mm256_storeu_ps(out + i + 8 * k, forward_mul8(v[k], &q));
             if (k & 1) {
                 chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;
@@ -191,11 +196,7 @@ static void forward_flat(const float *x, float *out, size_t n, const fq_grid_tab
     for (; i < n; i += 16) {
         for (int half = 0; half < 2; ++half) {
             const float *c = chunk + 8 * half;
-            const grid8 q = {_mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MIN),
-                             _mm256_loadu_ps(c + 16 * FQ_GRID_NUDGED_MAX),
-                             _mm256_loadu_ps(c + 16 * FQ_GRID_SCALE),
-                             _mm256_loadu_ps(c + 16 * FQ_GRID_INV_SCALE),
-                             _mm256_loadu_ps(c + 16 * FQ_GRID_QUANT_ZERO)};
+            const grid8 q = chunk_grid(c);
             _mm256_storeu_ps(out + i + 8 * half, forward_mul8(_mm256_loadu_ps(x + i + 8 * half), &q));
         }
         chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;

@@ -204,6 +204,15 @@ static inline size_t next_position(size_t p, size_t period) {
     return p == period ? 0 : p;
 }
 
+/* The grid of 16 positions from one chunk of the interleaved table. */
+static inline grid16 chunk_grid(const float *chunk) {
+    return (grid16){_mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MIN),
+                    _mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MAX),
+                    _mm512_loadu_ps(chunk + 16 * FQ_GRID_SCALE),
+                    _mm512_loadu_ps(chunk + 16 * FQ_GRID_INV_SCALE),
+                    _mm512_loadu_ps(chunk + 16 * FQ_GRID_QUANT_ZERO)};
+}
+
 static void forward_flat(const float *x, float *out, size_t n, const fq_grid_table *grids) {
     /* The chunks of the interleaved grid, in order: one pointer that wraps with the period. Four
        vectors a step, loaded before any grid load or store (fq_channel_walk.h has the numbers). */
@@ -213,22 +222,14 @@ static void forward_flat(const float *x, float *out, size_t n, const fq_grid_tab
         __m512 v[4];
         for (int k = 0; k < 4; ++k) v[k] = _mm512_loadu_ps(x + i + 16 * k);
         for (int k = 0; k < 4; ++k) {
-            const grid16 q = {_mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MIN),
-                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MAX),
-                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_SCALE),
-                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_INV_SCALE),
-                              _mm512_loadu_ps(chunk + 16 * FQ_GRID_QUANT_ZERO)};
+            const grid16 q = chunk_grid(chunk);
             _mm512_storeu_ps(out + i + 16 * k, forward_mul16(v[k], &q));
             chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;
             chunk = chunk == end ? grids->grid : chunk;
         }
     }
     for (; i < n; i += 16) {
-        const grid16 q = {_mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MIN),
-                          _mm512_loadu_ps(chunk + 16 * FQ_GRID_NUDGED_MAX),
-                          _mm512_loadu_ps(chunk + 16 * FQ_GRID_SCALE),
-                          _mm512_loadu_ps(chunk + 16 * FQ_GRID_INV_SCALE),
-                          _mm512_loadu_ps(chunk + 16 * FQ_GRID_QUANT_ZERO)};
+        const grid16 q = chunk_grid(chunk);
         _mm512_storeu_ps(out + i, forward_mul16(_mm512_loadu_ps(x + i), &q));
         chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;
         chunk = chunk == end ? grids->grid : chunk;
