@@ -674,3 +674,20 @@ def test_gradient_of_a_disconnected_tensor_is_zeros_and_int_paths_are_cut():
     assert gx.dtype == F32
     np.testing.assert_array_equal(gz, np.zeros(3))
     assert gz.dtype == np.float64
+
+
+def test_convolutions_check_ranks_and_channels_when_built():
+    g = G.Graph()
+    with g.as_default():
+        flat = G.placeholder("float32", [None, 4], name="flat")
+        images = G.placeholder("float32", [None, 8, 8, 3], name="images")
+        with pytest.raises(ValueError, match=r"Conv2D: input 'flat:0' must be rank 4"):
+            G.conv2d(flat, G.constant(np.zeros((3, 3, 3, 4), np.float32)))
+        with pytest.raises(ValueError, match=r"has 3 channels but filter .* expects 5"):
+            G.conv2d(images, G.constant(np.zeros((3, 3, 5, 4), np.float32)))
+        with pytest.raises(ValueError, match=r"DepthwiseConv2dNative: .* expects 2"):
+            G.depthwise_conv2d(images, G.constant(np.zeros((3, 3, 2, 1), np.float32)))
+        with pytest.raises(ValueError, match=r"MaxPool: input 'flat:0' must be rank 4"):
+            G.max_pool(flat, 2, 2)
+        assert G.conv2d(images, G.constant(np.zeros((3, 3, 3, 4), np.float32)), strides=2).shape == (
+            None, 4, 4, 4)

@@ -21,14 +21,21 @@ def _check_format(op):
         raise ValueError(f"{op.name}: fqcore.graph runs NHWC only, got data_format={data_format!r}")
 
 
-def _spatial_infer(channels_of):
-    """Output shape of a windowed NHWC op; `channels_of(inputs)` gives the output channels."""
+def _spatial_infer(op_type, channels_of):
+    """Output shape of a windowed NHWC op; `channels_of(inputs)` gives the output channels.
+    Known ranks other than 4 are refused when the op is built, as TF does."""
     def infer(inputs, attrs):
         x = inputs[0].shape
-        if x is None or len(x) != 4:
+        for name, t in (("input", inputs[0]), ("filter", inputs[1] if len(inputs) > 1 else None)):
+            if t is not None and t.shape is not None and len(t.shape) != 4:
+                raise ValueError(f"{op_type}: {name} {t.name!r} must be rank 4, got shape "
+                                 f"{tuple(t.shape)}")
+        if x is None:
             return [(None, inputs[0].dtype)]
         if "ksize" in attrs:
             kh, kw = attrs["ksize"][1], attrs["ksize"][2]
+        elif inputs[1].shape is None:
+            return [((x[0], None, None, None), inputs[0].dtype)]
         else:
             kh, kw = inputs[1].shape[0], inputs[1].shape[1]
         dil = attrs.get("dilations", [1, 1, 1, 1])
@@ -42,13 +49,25 @@ def _spatial_infer(channels_of):
     return infer
 
 
+def _filter_channels(op_type, inputs):
+    """The filter's shape after checking its input channels against x's (None: unknown)."""
+    x, w = inputs[0].shape, inputs[1].shape
+    if w is None:
+        return None
+    if x is not None and None not in (x[3], w[2]) and x[3] != w[2]:
+        raise ValueError(f"{op_type}: input {inputs[0].name!r} has {x[3]} channels but filter "
+                         f"{inputs[1].name!r} expects {w[2]} (shape {tuple(w)})")
+    return w
+
+
 def _conv_channels(inputs):
-    return inputs[1].shape[3]
+    w = _filter_channels("Conv2D", inputs)
+    return None if w is None else w[3]
 
 
 def _depthwise_channels(inputs):
-    shape = inputs[1].shape
-    return shape[2] * shape[3]
+    w = _filter_channels("DepthwiseConv2dNative", inputs)
+    return None if w is None or None in (w[2], w[3]) else w[2] * w[3]
 
 
 def _pool_channels(inputs):
@@ -65,7 +84,7 @@ def _conv2d_grad(op, inputs, outputs, grads):
     return list(nn_numpy.conv2d_grad(inputs[0], inputs[1], grads[0], **_conv_args(op)))
 
 
-@register("Conv2D", _spatial_infer(_conv_channels), gradient=_conv2d_grad)
+@register("Conv2D", _spatial_infer("Conv2D", _conv_channels), gradient=_conv2d_grad)
 def conv2d(op, inputs, ctx):
     return (nn_numpy.conv2d(inputs[0], inputs[1], **_conv_args(op)),)
 
@@ -74,7 +93,8 @@ def _depthwise_grad(op, inputs, outputs, grads):
     return list(nn_numpy.depthwise_conv2d_grad(inputs[0], inputs[1], grads[0], **_conv_args(op)))
 
 
-@register("DepthwiseConv2dNative", _spatial_infer(_depthwise_channels), gradient=_depthwise_grad)
+@register("DepthwiseConv2dNative", _spatial_infer("DepthwiseConv2dNative", _depthwise_channels),
+          gradient=_depthwise_grad)
 def depthwise_conv2d(op, inputs, ctx):
     return (nn_numpy.depthwise_conv2d(inputs[0], inputs[1], **_conv_args(op)),)
 
@@ -84,13 +104,13 @@ def _pool_args(op):
     return dict(ksize=_pair(op, "ksize"), strides=_pair(op, "strides"), padding=op.attrs["padding"])
 
 
-@register("MaxPool", _spatial_infer(_pool_channels), gradient=lambda op, x, y, g: [
+@register("MaxPool", _spatial_infer("MaxPool", _pool_channels), gradient=lambda op, x, y, g: [
     nn_numpy.max_pool_grad(x[0], y[0], g[0], **_pool_args(op))])
 def max_pool(op, inputs, ctx):
     return (nn_numpy.max_pool(inputs[0], **_pool_args(op)),)
 
 
-@register("AvgPool", _spatial_infer(_pool_channels), gradient=lambda op, x, y, g: [
+@register("AvgPool", _spatial_infer("AvgPool", _pool_channels), gradient=lambda op, x, y, g: [
     nn_numpy.avg_pool_grad(x[0].shape, g[0], **_pool_args(op))])
 def avg_pool(op, inputs, ctx):
     return (nn_numpy.avg_pool(inputs[0], **_pool_args(op)),)
