@@ -332,6 +332,23 @@ def test_depthwise_grad_finite_differences(x_shape, kernel, strides, padding, di
     check_gradient(lambda a: nn.depthwise_conv2d(x, a, strides, padding, dilations), w, g, dw, rng)
 
 
+@pytest.mark.parametrize("x_shape, kernel, strides, padding, dilations, m", [
+    ((2, 7, 9, 3), (3, 3), (2, 2), "SAME", (2, 2), 3),    # kernel columns sharing a column phase
+    ((1, 5, 8, 2), (2, 4), (1, 4), "VALID", (1, 2), 1),
+    ((2, 3, 10, 2), (1, 5), (3, 3), "SAME", (1, 1), 2),   # more phases than some rows have columns
+])
+def test_depthwise_grad_strided_phases(x_shape, kernel, strides, padding, dilations, m):
+    rng = _rng("depthwise phases", x_shape, kernel, strides, padding, dilations, m)
+    x = rng.standard_normal(x_shape)
+    w = rng.standard_normal(kernel + (x_shape[3], m))
+    y = nn.depthwise_conv2d(x, w, strides, padding, dilations)
+    np.testing.assert_allclose(y, ref_depthwise(x, w, strides, padding, dilations), rtol=1e-12, atol=1e-12)
+    g = rng.standard_normal(y.shape)
+    dx, dw = nn.depthwise_conv2d_grad(x, w, g, strides, padding, dilations)
+    check_gradient(lambda a: nn.depthwise_conv2d(a, w, strides, padding, dilations), x, g, dx, rng)
+    check_gradient(lambda a: nn.depthwise_conv2d(x, a, strides, padding, dilations), w, g, dw, rng)
+
+
 POOL_GRAD_CASES = [  # x shape, ksize, strides, padding
     ((2, 6, 6, 2), (2, 2), (2, 2), "VALID"),
     ((2, 5, 7, 2), (3, 3), (1, 1), "SAME"),    # overlapping windows: gradients add up
