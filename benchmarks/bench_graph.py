@@ -1,0 +1,69 @@
+"""asv benchmarks of fqcore.graph: a training step of the demo's model (float and after
+experimental_create_training_graph), the rewrite itself, and an evaluation pass of the eval graph.
+tools/profile_demo_step.py splits one step's time between the engine and the kernels."""
+from fqcore import demo, quantize
+from fqcore import graph as G
+from fqcore.datasets import load_digits
+from fqcore.malloc import keep_freed_memory
+
+BATCHES = [64, 256]
+MODES = ["float", "qat"]
+
+
+def _training_graph(mode):
+    g, images, labels, logits, loss = demo.build_model(training=True)
+    if mode == "qat":
+        quantize.experimental_create_training_graph(g, quant_delay=0)
+    with g.as_default():
+        train_op = G.MomentumOptimizer(0.01, 0.9).minimize(loss)
+    return g, images, labels, loss, train_op
+
+
+class TimeTrainingStep:
+    """One Session.run of the train op, the batch-norm updates and the loss."""
+
+    params = [MODES, BATCHES]
+    param_names = ["mode", "batch"]
+    timeout = 300
+
+    def setup(self, mode, batch):
+        keep_freed_memory()  # as the demo does; asv runs each benchmark in its own process
+        data = load_digits()
+        g, images, labels, self.loss, self.train_op = _training_graph(mode)
+        self.updates = g.get_collection(G.GraphKeys.UPDATE_OPS)
+        self.session = G.Session(g)
+        self.session.run(G.global_variables_initializer(g))
+        self.feed = {images: data.x_train[:batch], labels: data.y_train[:batch]}
+        self.session.run([self.train_op, self.updates, self.loss], self.feed)  # plan built
+
+    def time_step(self, mode, batch):
+        self.session.run([self.train_op, self.updates, self.loss], self.feed)
+
+
+class TimeRewrite:
+    """experimental_create_training_graph on the demo model (folding + insertion)."""
+
+    timeout = 120
+
+    def time_rewrite(self):
+        g = demo.build_model(training=True)[0]
+        quantize.experimental_create_training_graph(g, quant_delay=100, freeze_bn_delay=200)
+
+
+class TimeEvaluation:
+    """The fake-quantized eval graph on the 359 held-out digits (one run)."""
+
+    timeout = 120
+
+    def setup(self):
+        data = load_digits()
+        g, images, labels, self.logits, loss = demo.build_model(training=False)
+        quantize.experimental_create_eval_graph(g)
+        self.session = G.Session(g)
+        self.session.run(G.global_variables_initializer(g))
+        self.feed = {images: data.x_test}
+        self.session.run(self.logits, self.feed)
+
+    def time_eval(self):
+        self.session.run(self.logits, self.feed)
+
