@@ -10,15 +10,6 @@ BATCHES = [64, 256]
 MODES = ["float", "qat"]
 
 
-def _training_graph(mode):
-    g, images, labels, logits, loss = demo.build_model(training=True)
-    if mode == "qat":
-        quantize.experimental_create_training_graph(g, quant_delay=0)
-    with g.as_default():
-        train_op = G.MomentumOptimizer(0.01, 0.9).minimize(loss)
-    return g, images, labels, loss, train_op
-
-
 class TimeTrainingStep:
     """One Session.run of the train op, the batch-norm updates and the loss."""
 
@@ -29,11 +20,9 @@ class TimeTrainingStep:
     def setup(self, mode, batch):
         keep_freed_memory()  # as the demo does; asv runs each benchmark in its own process
         data = load_digits()
-        g, images, labels, self.loss, self.train_op = _training_graph(mode)
-        self.updates = g.get_collection(G.GraphKeys.UPDATE_OPS)
-        self.session = G.Session(g)
-        self.session.run(G.global_variables_initializer(g))
-        self.feed = {images: data.x_train[:batch], labels: data.y_train[:batch]}
+        t = demo.training_setup(quantized=mode == "qat", learning_rate=0.01)
+        self.session, self.loss, self.train_op, self.updates = t.session, t.loss, t.train_op, t.updates
+        self.feed = {t.images: data.x_train[:batch], t.labels: data.y_train[:batch]}
         self.session.run([self.train_op, self.updates, self.loss], self.feed)  # plan built
 
     def time_step(self, mode, batch):

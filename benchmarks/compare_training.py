@@ -76,24 +76,16 @@ def run_variants(steps_by_name, steps, repeats, warmup):
 def worker_fqcore(batches, args):
     import numpy as np
     import fqcore
-    from fqcore import demo, quantize
-    from fqcore import graph as G
+    from fqcore import demo
     from fqcore.malloc import keep_freed_memory
     malloc_note = keep_freed_memory()
 
     def make(qat):
-        g, images, labels, logits, loss = demo.build_model(training=True)
-        if qat:
-            quantize.experimental_create_training_graph(g, quant_delay=0)
-        with g.as_default():
-            train_op = G.MomentumOptimizer(LEARNING_RATE, MOMENTUM).minimize(loss)
-        updates = g.get_collection(G.GraphKeys.UPDATE_OPS)
-        session = G.Session(g)
-        session.run(G.global_variables_initializer(g))
-        feeds = [{images: x, labels: y} for x, y in batches]
-        fetches = [train_op, updates, loss]
-        n_ops[qat] = len(g.get_operations())
-        return lambda k: session.run(fetches, feeds[k % len(feeds)])[2]
+        t = demo.training_setup(quantized=qat, learning_rate=LEARNING_RATE)  # momentum 0.9
+        feeds = [{t.images: x, t.labels: y} for x, y in batches]
+        fetches = [t.train_op, t.updates, t.loss]
+        n_ops[qat] = len(t.graph.get_operations())
+        return lambda k: t.session.run(fetches, feeds[k % len(feeds)])[2]
 
     n_ops = {}
     steps = {"fqcore float": make(False), "fqcore QAT": make(True)}

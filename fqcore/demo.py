@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from collections import namedtuple
 
 import numpy as np
 
@@ -42,6 +43,28 @@ def build_model(training, width=32, seed=0):
         logits = L.dense(x, CLASSES, scope="logits")
         loss = L.sparse_softmax_cross_entropy(labels, logits)
     return g, images, labels, logits, loss
+
+
+TrainingSetup = namedtuple("TrainingSetup", ["graph", "session", "images", "labels", "logits",
+                                             "loss", "train_op", "updates", "learning_rate"])
+
+
+def training_setup(quantized=True, quant_delay=0, freeze_bn_delay=None, learning_rate=None, seed=0):
+    """The demo model ready to train: rewritten by experimental_create_training_graph (unless
+    quantized=False), momentum-0.9 SGD attached, variables initialized in a new Session. With
+    learning_rate=None the rate is a scalar placeholder (`.learning_rate`) fed each step."""
+    g, images, labels, logits, loss = build_model(training=True, seed=seed)
+    if quantized:
+        quantize.experimental_create_training_graph(g, quant_delay=quant_delay,
+                                                    freeze_bn_delay=freeze_bn_delay)
+    with g.as_default():
+        rate = (G.placeholder("float32", [], name="learning_rate") if learning_rate is None
+                else learning_rate)
+        train_op = G.MomentumOptimizer(rate, 0.9).minimize(loss)
+    session = G.Session(g)
+    session.run(G.global_variables_initializer(g))
+    return TrainingSetup(g, session, images, labels, logits, loss, train_op,
+                         g.get_collection(G.GraphKeys.UPDATE_OPS), rate)
 
 
 class ProgressBar:
@@ -96,18 +119,10 @@ def learning_rate_for(epoch, base, quant_delay_epochs, freeze_bn_epochs):
 
 
 def train(data, epochs, batch, quant_delay_epochs, freeze_bn_epochs, learning_rate, seed, log):
-    g, images, labels, logits, loss = build_model(training=True, seed=seed)
     steps_per_epoch = -(-len(data.x_train) // batch)
-    quantize.experimental_create_training_graph(
-        g, quant_delay=quant_delay_epochs * steps_per_epoch,
-        freeze_bn_delay=freeze_bn_epochs * steps_per_epoch)
-    with g.as_default():
-        rate = G.placeholder("float32", [], name="learning_rate")
-        train_op = G.MomentumOptimizer(rate, 0.9).minimize(loss)
-        init = G.global_variables_initializer()
-    updates = g.get_collection(G.GraphKeys.UPDATE_OPS)
-    session = G.Session(g)
-    session.run(init)
+    g, session, images, labels, logits, loss, train_op, updates, rate = training_setup(
+        quant_delay=quant_delay_epochs * steps_per_epoch,
+        freeze_bn_delay=freeze_bn_epochs * steps_per_epoch, seed=seed)
     rng = np.random.Generator(np.random.PCG64(seed))
     history = {"loss": [], "train_accuracy": [], "test_accuracy": []}
     bar = ProgressBar(epochs * steps_per_epoch, stream=log)

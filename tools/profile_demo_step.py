@@ -27,19 +27,13 @@ INSIDE = {"BLAS", "numpy", "fqcore kernels"}
 
 
 def run_steps(steps, batch):
-    from fqcore import demo, quantize
-    from fqcore import graph as G
+    from fqcore import demo
     from fqcore.datasets import load_digits
     from fqcore.malloc import keep_freed_memory
     keep_freed_memory()
     data = load_digits()
-    g, images, labels, logits, loss = demo.build_model(training=True)
-    quantize.experimental_create_training_graph(g, quant_delay=0)
-    with g.as_default():
-        train_op = G.MomentumOptimizer(0.01, 0.9).minimize(loss)
-    updates = g.get_collection(G.GraphKeys.UPDATE_OPS)
-    session = G.Session(g)
-    session.run(G.global_variables_initializer(g))
+    g, session, images, labels, _, loss, train_op, updates, _ = demo.training_setup(
+        learning_rate=0.01)
     batches = [slice(i, i + batch) for i in range(0, len(data.x_train) - batch + 1, batch)]
     feeds = [{images: data.x_train[s], labels: data.y_train[s]} for s in batches]
     session.run([train_op, updates, loss], feeds[0])
