@@ -171,7 +171,8 @@ class _Plan:
         self.backprop_paths = {}
 
     def backprop_path(self, gradients_op):
-        """The ops between the Gradients op's xs and its y, in reverse execution order."""
+        """(op, gradient function) for the differentiable ops between the Gradients op's xs and
+        its y, in reverse execution order."""
         path = self.backprop_paths.get(gradients_op)
         if path is None:
             y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
@@ -187,7 +188,9 @@ class _Plan:
             for op in self.order:
                 if op in ancestors and any(t.op in reached for t in op.inputs):
                     reached.add(op)
-            path = [op for op in reversed(self.order) if op in reached and op in ancestors]
+            path = [(op, gradient_function(op)) for op in reversed(self.order)
+                    if op in reached and op in ancestors]
+            path = [(op, gradient) for op, gradient in path if gradient is not None]
             self.backprop_paths[gradients_op] = path
         return path
 
@@ -244,12 +247,9 @@ class _Run:
         values = self.values
         y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
         grads = {y: np.ones_like(values[y])}
-        for op in self.plan.backprop_path(gradients_op):
+        for op, gradient in self.plan.backprop_path(gradients_op):
             out_grads = [grads.get(t) for t in op.outputs]
             if all(g is None for g in out_grads) or op in self.dead_ops:
-                continue
-            gradient = gradient_function(op)
-            if gradient is None:
                 continue
             inputs = [values[t] for t in op.inputs]
             outputs = [values[t] for t in op.outputs]
