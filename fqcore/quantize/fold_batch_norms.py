@@ -53,28 +53,30 @@ def _find(graph):
             continue
         match = _Match(layer_op, bn_op, output)
         if match.training:
-            _find_moving_average_updates(graph, match)
+            _find_moving_average_updates(match)
         else:
             match.moving_mean, match.moving_variance = bn_op.inputs[3], bn_op.inputs[4]
         matches.append(match)
     return matches
 
 
-def _find_moving_average_updates(graph, match):
+def _find_moving_average_updates(match):
     """The AssignMovingAvg sub/mul pairs fed by the batch statistics: their moving value and
     decay tensors (the freeze logic reroutes the decay)."""
-    for sub in graph.get_operations():
-        if sub.type != "Sub" or len(sub.inputs) != 2:
-            continue
-        muls = [c for c in sub.outputs[0].consumers() if c.type == "Mul"]
-        if not muls:
-            continue
-        mul = muls[0]
-        decay = mul.inputs[1] if mul.inputs[0] is sub.outputs[0] else mul.inputs[0]
-        if sub.inputs[1] is match.bn_op.outputs[1]:
-            match.moving_mean, match.decay_mean = sub.inputs[0], decay
-        elif sub.inputs[1] is match.bn_op.outputs[2]:
-            match.moving_variance, match.decay_variance = sub.inputs[0], decay
+    for index in (1, 2):
+        statistic = match.bn_op.outputs[index]
+        for sub in statistic.consumers():
+            if sub.type != "Sub" or sub.inputs[1] is not statistic:
+                continue
+            muls = [c for c in sub.outputs[0].consumers() if c.type == "Mul"]
+            if not muls:
+                continue
+            mul = muls[0]
+            decay = mul.inputs[1] if mul.inputs[0] is sub.outputs[0] else mul.inputs[0]
+            if index == 1:
+                match.moving_mean, match.decay_mean = sub.inputs[0], decay
+            else:
+                match.moving_variance, match.decay_variance = sub.inputs[0], decay
     if match.moving_mean is None or match.moving_variance is None:
         raise ValueError(f"batch norm {match.bn_op.name!r} is in training mode but has no "
                          f"moving-average updates to fold")
