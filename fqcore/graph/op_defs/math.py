@@ -124,12 +124,22 @@ def _reduce_infer(inputs, attrs):
     return [(out, inputs[0].dtype)]
 
 
+def _spread(op, x, reduced, grad):
+    """The gradient of a sum over `reduced`: `grad` copied back over x's shape."""
+    return np.broadcast_to(_kept_axes(op, x, reduced, grad), np.shape(x)).copy()
+
+
+def _sum_grad(op, inputs, outputs, grads):
+    x, axes = inputs
+    return [_spread(op, x, _axes(op, x, axes), grads[0]), None]
+
+
 def _mean_grad(op, inputs, outputs, grads):
     x, axes = inputs
     reduced = _axes(op, x, axes)
     count = int(np.prod([np.shape(x)[a] for a in reduced])) if reduced else 1
-    g = _kept_axes(op, x, reduced, grads[0])
-    return [np.broadcast_to(g / np.asarray(count, g.dtype), np.shape(x)).copy(), None]
+    g = grads[0]
+    return [_spread(op, x, reduced, g / np.asarray(count, np.result_type(g))), None]
 
 
 def _kept_axes(op, x, reduced, grad):
@@ -151,31 +161,21 @@ def _extreme_grad(op, inputs, outputs, grads):
     return [hits * (g / hits.sum(axis=reduced, keepdims=True)), None]
 
 
-@register("Mean", _reduce_infer, gradient=_mean_grad)
-def mean(op, inputs, ctx):
-    x, axes = inputs
-    return (np.asarray(np.mean(x, axis=_axes(op, x, axes), keepdims=op.attrs.get("keep_dims", False),
-                               dtype=x.dtype)),)
+def _reduction(reduce, in_input_dtype):
+    """The forward of a reduction op: `reduce` over the op's axes (accumulating in the input's
+    dtype when asked, as TF's float32 reductions do)."""
+    def forward(op, inputs, ctx):
+        x, axes = inputs
+        extra = {"dtype": x.dtype} if in_input_dtype else {}
+        return (np.asarray(reduce(x, axis=_axes(op, x, axes),
+                                  keepdims=op.attrs.get("keep_dims", False), **extra)),)
+    return forward
 
 
-@register("Sum", _reduce_infer, gradient=lambda op, x, y, g: [
-    np.broadcast_to(_kept_axes(op, x[0], _axes(op, x[0], x[1]), g[0]), np.shape(x[0])).copy(), None])
-def sum_(op, inputs, ctx):
-    x, axes = inputs
-    return (np.asarray(np.sum(x, axis=_axes(op, x, axes), keepdims=op.attrs.get("keep_dims", False),
-                              dtype=x.dtype)),)
-
-
-@register("Min", _reduce_infer, gradient=_extreme_grad)
-def min_(op, inputs, ctx):
-    x, axes = inputs
-    return (np.asarray(np.min(x, axis=_axes(op, x, axes), keepdims=op.attrs.get("keep_dims", False))),)
-
-
-@register("Max", _reduce_infer, gradient=_extreme_grad)
-def max_(op, inputs, ctx):
-    x, axes = inputs
-    return (np.asarray(np.max(x, axis=_axes(op, x, axes), keepdims=op.attrs.get("keep_dims", False))),)
+register("Mean", _reduce_infer, gradient=_mean_grad)(_reduction(np.mean, True))
+register("Sum", _reduce_infer, gradient=_sum_grad)(_reduction(np.sum, True))
+register("Min", _reduce_infer, gradient=_extreme_grad)(_reduction(np.min, False))
+register("Max", _reduce_infer, gradient=_extreme_grad)(_reduction(np.max, False))
 
 
 # -- MatMul, BiasAdd ----------------------------------------------------------------------
