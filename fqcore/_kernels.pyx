@@ -1,5 +1,9 @@
 # Thin bindings: one C call per function, the GIL released, a status code turned into an exception.
-# Arguments arrive validated and C-contiguous from fqcore.ops; nothing else happens here.
+# Batch norm and range arguments arrive validated and C-contiguous from their Python modules; the
+# fake-quant bindings check their arguments' form themselves (see below).
+cimport numpy as cnp
+
+cnp.import_array()
 
 ISA_NAMES = tuple(fq_isa_name(<fq_isa>i).decode() for i in range(FQ_ISA_COUNT))
 VERSION = FQCORE_VERSION_STRING.decode()
@@ -56,67 +60,244 @@ def has_openmp():
     return bool(fq_has_openmp())
 
 
-def args_forward(const float[::1] x, float[::1] out, float min, float max, int num_bits,
-                 bint narrow_range):
-    """False when min >= max (the caller words TF's message); True when done."""
+# Fake quantization. Each binding takes the arguments of its fqcore.ops function as they come and
+# runs the kernel when they already are in the kernels' form: exact float32 ndarrays, C-contiguous,
+# aligned, out= of the input's shape and either disjoint from every input or the very same memory
+# (in place), Python floats for ranges (or 0-d float32 arrays for Vars), an int num_bits in 2..16, a
+# bool narrow_range. Anything else returns None without touching memory, and fqcore.ops converts,
+# copies or reports, then calls again. This keeps a typical call at about a microsecond: the
+# general path's checks cost more than the kernel on small arrays.
+
+cdef int _KERNEL_FLAGS = cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_ALIGNED
+
+
+cdef inline bint _is_kernel_array(object a) noexcept:
+    """An ndarray of native-order float32, C-contiguous and aligned."""
+    if not cnp.PyArray_Check(a):
+        return False
+    cdef cnp.ndarray array = <cnp.ndarray>a
+    return (cnp.PyArray_TYPE(array) == cnp.NPY_FLOAT32 and cnp.PyArray_ISNOTSWAPPED(array)
+            and (cnp.PyArray_FLAGS(array) & _KERNEL_FLAGS) == _KERNEL_FLAGS)
+
+
+cdef inline bint _is_attrs(object num_bits, object narrow_range) noexcept:
+    return (type(num_bits) is int and 2 <= num_bits <= 16
+            and (narrow_range is True or narrow_range is False))
+
+
+cdef inline bint _is_range_value(object value) noexcept:
+    """A Vars min or max the kernels take as is: a Python float or a 0-d float32 array."""
+    return type(value) is float or (_is_kernel_array(value) and cnp.PyArray_NDIM(<cnp.ndarray>value) == 0)
+
+
+cdef inline float _range_value(object value):
+    if type(value) is float:
+        return <float><double>value
+    return (<float *>cnp.PyArray_DATA(<cnp.ndarray>value))[0]
+
+
+cdef inline bint _disjoint_or_same(cnp.ndarray out, cnp.ndarray a) noexcept:
+    """Whether the kernel may write out while reading a: C-contiguous arrays are byte ranges, so
+    they either do not meet, or are the same memory (elementwise in place), or overlap partly."""
+    cdef char *o = cnp.PyArray_BYTES(out)
+    cdef char *p = cnp.PyArray_BYTES(a)
+    cdef cnp.npy_intp size = cnp.PyArray_NBYTES(out), a_size = cnp.PyArray_NBYTES(a)
+    return (o == p and size == a_size) or o + size <= p or p + a_size <= o
+
+
+cdef object _kernel_output(object out, cnp.ndarray inputs, object other):
+    """The array to write: a new one when out is None, out when it is in the kernels' form for
+    these inputs (`other` is the gradients array, or None), else None."""
+    if out is None:
+        return cnp.PyArray_EMPTY(cnp.PyArray_NDIM(inputs), cnp.PyArray_DIMS(inputs),
+                                 cnp.NPY_FLOAT32, 0)
+    if not _is_kernel_array(out):
+        return None
+    cdef cnp.ndarray result = <cnp.ndarray>out
+    if not (cnp.PyArray_ISWRITEABLE(result) and cnp.PyArray_SAMESHAPE(result, inputs)
+            and _disjoint_or_same(result, inputs)
+            and (other is None or _disjoint_or_same(result, <cnp.ndarray>other))):
+        return None
+    return result
+
+
+cdef inline const float *_cdata(object a) noexcept:
+    """Address of the first element, NULL for an empty array (which has no element 0)."""
+    cdef cnp.ndarray array = <cnp.ndarray>a
+    return <const float *>cnp.PyArray_DATA(array) if cnp.PyArray_SIZE(array) > 0 else NULL
+
+
+cdef inline float *_data(object a) noexcept:
+    cdef cnp.ndarray array = <cnp.ndarray>a
+    return <float *>cnp.PyArray_DATA(array) if cnp.PyArray_SIZE(array) > 0 else NULL
+
+
+cdef extern from "numpy/arrayobject.h":
+    object PyArray_Scalar(void *data, cnp.dtype descr, object base)
+
+cdef cnp.dtype _FLOAT32_DESCR = cnp.PyArray_DescrFromType(cnp.NPY_FLOAT32)
+
+
+cdef inline object _float32(float value):
+    """A numpy float32 scalar, as TF's 0-d results read back."""
+    return PyArray_Scalar(&value, _FLOAT32_DESCR, None)
+
+
+cdef inline bint _is_gradient_pair(object gradients, object inputs) noexcept:
+    return (_is_kernel_array(gradients) and _is_kernel_array(inputs)
+            and cnp.PyArray_SAMESHAPE(<cnp.ndarray>gradients, <cnp.ndarray>inputs))
+
+
+cdef inline bint _is_channel_ranges(object inputs, object min, object max) noexcept:
+    """min and max of one value per channel of the inputs' last dimension."""
+    cdef cnp.ndarray x = <cnp.ndarray>inputs
+    if cnp.PyArray_NDIM(x) == 0 or not (_is_kernel_array(min) and _is_kernel_array(max)):
+        return False
+    cdef cnp.npy_intp channels = cnp.PyArray_DIMS(x)[cnp.PyArray_NDIM(x) - 1]
+    return (cnp.PyArray_NDIM(<cnp.ndarray>min) == 1 and cnp.PyArray_NDIM(<cnp.ndarray>max) == 1
+            and cnp.PyArray_DIMS(<cnp.ndarray>min)[0] == channels
+            and cnp.PyArray_DIMS(<cnp.ndarray>max)[0] == channels)
+
+
+def args_forward(inputs, min, max, num_bits, narrow_range, out):
+    """The result; False when min >= max (fqcore.ops words TF's message); None: see above."""
+    if not (_is_kernel_array(inputs) and type(min) is float and type(max) is float
+            and _is_attrs(num_bits, narrow_range)):
+        return None
+    cdef cnp.ndarray x = <cnp.ndarray>inputs
+    cdef object result = _kernel_output(out, x, None)
+    if result is None:
+        return None
+    cdef float lo = <double>min, hi = <double>max
+    cdef int bits = num_bits, narrow = narrow_range
+    cdef const float *px = _cdata(x)
+    cdef float *pout = _data(result)
+    cdef size_t n = cnp.PyArray_SIZE(x)
     cdef fq_status rc
     with nogil:
-        rc = fq_f32_args(_cptr(x), _ptr(out), x.shape[0], min, max, num_bits, narrow_range)
+        rc = fq_f32_args(px, pout, n, lo, hi, bits, narrow)
     if rc == FQ_ERR_MIN_NOT_BELOW_MAX:
         return False
     _check(rc)
-    return True
+    return result
 
 
-def args_grad(const float[::1] g, const float[::1] x, float[::1] dx, float min, float max,
-              int num_bits, bint narrow_range):
-    """False when min >= max (the caller words TF's message); True when done."""
+def args_grad(gradients, inputs, min, max, num_bits, narrow_range, out):
+    """The result; False when min >= max (fqcore.ops words TF's message); None: see above."""
+    if not (_is_gradient_pair(gradients, inputs) and type(min) is float and type(max) is float
+            and _is_attrs(num_bits, narrow_range)):
+        return None
+    cdef cnp.ndarray g = <cnp.ndarray>gradients, x = <cnp.ndarray>inputs
+    cdef object result = _kernel_output(out, x, g)
+    if result is None:
+        return None
+    cdef float lo = <double>min, hi = <double>max
+    cdef int bits = num_bits, narrow = narrow_range
+    cdef const float *pg = _cdata(g)
+    cdef const float *px = _cdata(x)
+    cdef float *pout = _data(result)
+    cdef size_t n = cnp.PyArray_SIZE(x)
     cdef fq_status rc
     with nogil:
-        rc = fq_f32_args_grad(_cptr(g), _cptr(x), _ptr(dx), x.shape[0], min, max, num_bits,
-                              narrow_range)
+        rc = fq_f32_args_grad(pg, px, pout, n, lo, hi, bits, narrow)
     if rc == FQ_ERR_MIN_NOT_BELOW_MAX:
         return False
     _check(rc)
-    return True
+    return result
 
 
-def vars_forward(const float[::1] x, float[::1] out, float min, float max, int num_bits,
-                 bint narrow_range):
+def vars_forward(inputs, min, max, num_bits, narrow_range, out):
+    """The result, or None: see above."""
+    if not (_is_kernel_array(inputs) and _is_range_value(min) and _is_range_value(max)
+            and _is_attrs(num_bits, narrow_range)):
+        return None
+    cdef cnp.ndarray x = <cnp.ndarray>inputs
+    cdef object result = _kernel_output(out, x, None)
+    if result is None:
+        return None
+    cdef float lo = _range_value(min), hi = _range_value(max)
+    cdef int bits = num_bits, narrow = narrow_range
+    cdef const float *px = _cdata(x)
+    cdef float *pout = _data(result)
+    cdef size_t n = cnp.PyArray_SIZE(x)
     cdef fq_status rc
     with nogil:
-        rc = fq_f32_vars(_cptr(x), _ptr(out), x.shape[0], min, max, num_bits, narrow_range)
+        rc = fq_f32_vars(px, pout, n, lo, hi, bits, narrow)
     _check(rc)
+    return result
 
 
-def vars_grad(const float[::1] g, const float[::1] x, float[::1] dx, float min, float max,
-              int num_bits, bint narrow_range, float[::1] sums):
-    """sums receives [backprop_wrt_min, backprop_wrt_max]."""
+def vars_grad(gradients, inputs, min, max, num_bits, narrow_range, out):
+    """(dx, backprop_wrt_min, backprop_wrt_max) with the sums as float32 scalars, or None."""
+    if not (_is_gradient_pair(gradients, inputs) and _is_range_value(min)
+            and _is_range_value(max) and _is_attrs(num_bits, narrow_range)):
+        return None
+    cdef cnp.ndarray g = <cnp.ndarray>gradients, x = <cnp.ndarray>inputs
+    cdef object result = _kernel_output(out, x, g)
+    if result is None:
+        return None
+    cdef float lo = _range_value(min), hi = _range_value(max), dmin, dmax
+    cdef int bits = num_bits, narrow = narrow_range
+    cdef const float *pg = _cdata(g)
+    cdef const float *px = _cdata(x)
+    cdef float *pout = _data(result)
+    cdef size_t n = cnp.PyArray_SIZE(x)
     cdef fq_status rc
     with nogil:
-        rc = fq_f32_vars_grad(_cptr(g), _cptr(x), _ptr(dx), x.shape[0], min, max, num_bits,
-                              narrow_range, &sums[0], &sums[1])
+        rc = fq_f32_vars_grad(pg, px, pout, n, lo, hi, bits, narrow, &dmin, &dmax)
     _check(rc)
+    return result, _float32(dmin), _float32(dmax)
 
 
-def channel_forward(const float[::1] x, float[::1] out, const float[::1] min,
-                    const float[::1] max, int num_bits, bint narrow_range):
+def channel_forward(inputs, min, max, num_bits, narrow_range, out):
+    """The result, or None: see above."""
+    if not (_is_kernel_array(inputs) and _is_channel_ranges(inputs, min, max)
+            and _is_attrs(num_bits, narrow_range)):
+        return None
+    cdef cnp.ndarray x = <cnp.ndarray>inputs, lo = <cnp.ndarray>min, hi = <cnp.ndarray>max
+    cdef object result = _kernel_output(out, x, None)
+    if result is None:
+        return None
+    cdef int bits = num_bits, narrow = narrow_range
+    cdef const float *px = _cdata(x)
+    cdef const float *plo = _cdata(lo)
+    cdef const float *phi = _cdata(hi)
+    cdef float *pout = _data(result)
+    cdef size_t n = cnp.PyArray_SIZE(x), channels = cnp.PyArray_SIZE(lo)
     cdef fq_status rc
     with nogil:
-        rc = fq_f32_vars_per_channel(_cptr(x), _ptr(out), x.shape[0], min.shape[0], _cptr(min),
-                                     _cptr(max), num_bits, narrow_range)
+        rc = fq_f32_vars_per_channel(px, pout, n, channels, plo, phi, bits, narrow)
     _check(rc)
+    return result
 
 
-def channel_grad(const float[::1] g, const float[::1] x, float[::1] dx,
-                 const float[::1] min, const float[::1] max, int num_bits,
-                 bint narrow_range, float[::1] dmin, float[::1] dmax):
+def channel_grad(gradients, inputs, min, max, num_bits, narrow_range, out):
+    """(dx, backprop_wrt_min, backprop_wrt_max), or None: see above."""
+    if not (_is_gradient_pair(gradients, inputs) and _is_channel_ranges(inputs, min, max)
+            and _is_attrs(num_bits, narrow_range)):
+        return None
+    cdef cnp.ndarray g = <cnp.ndarray>gradients, x = <cnp.ndarray>inputs
+    cdef cnp.ndarray lo = <cnp.ndarray>min, hi = <cnp.ndarray>max
+    cdef object result = _kernel_output(out, x, g)
+    if result is None:
+        return None
+    cdef cnp.ndarray dmin = cnp.PyArray_EMPTY(1, cnp.PyArray_DIMS(lo), cnp.NPY_FLOAT32, 0)
+    cdef cnp.ndarray dmax = cnp.PyArray_EMPTY(1, cnp.PyArray_DIMS(lo), cnp.NPY_FLOAT32, 0)
+    cdef int bits = num_bits, narrow = narrow_range
+    cdef const float *pg = _cdata(g)
+    cdef const float *px = _cdata(x)
+    cdef const float *plo = _cdata(lo)
+    cdef const float *phi = _cdata(hi)
+    cdef float *pout = _data(result)
+    cdef float *pdmin = _data(dmin)
+    cdef float *pdmax = _data(dmax)
+    cdef size_t n = cnp.PyArray_SIZE(x), channels = cnp.PyArray_SIZE(lo)
     cdef fq_status rc
     with nogil:
-        rc = fq_f32_vars_per_channel_grad(_cptr(g), _cptr(x), _ptr(dx), x.shape[0], min.shape[0],
-                                          _cptr(min), _cptr(max), num_bits, narrow_range,
-                                          _ptr(dmin), _ptr(dmax))
+        rc = fq_f32_vars_per_channel_grad(pg, px, pout, n, channels, plo, phi, bits, narrow,
+                                          pdmin, pdmax)
     _check(rc)
+    return result, dmin, dmax
 
 
 # Batch norm. Element data arrives as the raw bytes of a C-contiguous float32, float16 or bfloat16
