@@ -159,27 +159,45 @@ cdef inline bint _is_channel_ranges(object inputs, object min, object max) noexc
             and cnp.PyArray_DIMS(<cnp.ndarray>max)[0] == channels)
 
 
-def args_forward(inputs, min, max, num_bits, narrow_range, out):
-    """The result; False when min >= max (fqcore.ops words TF's message); None: see above."""
-    if not (_is_kernel_array(inputs) and type(min) is float and type(max) is float
-            and _is_attrs(num_bits, narrow_range)):
+ctypedef fq_status (*forward_kernel)(const float *x, float *out, size_t n, float min, float max,
+                                     int num_bits, int narrow_range) noexcept nogil
+
+
+cdef object _forward(forward_kernel kernel, cnp.ndarray x, float lo, float hi, object num_bits,
+                     object narrow_range, object out):
+    """Args or Vars forward on checked inputs and range; False when C finds min >= max."""
+    if not _is_attrs(num_bits, narrow_range):
         return None
-    cdef cnp.ndarray x = <cnp.ndarray>inputs
     cdef object result = _kernel_output(out, x, None)
     if result is None:
         return None
-    cdef float lo = <double>min, hi = <double>max
     cdef int bits = num_bits, narrow = narrow_range
     cdef const float *px = _cdata(x)
     cdef float *pout = _data(result)
     cdef size_t n = cnp.PyArray_SIZE(x)
     cdef fq_status rc
     with nogil:
-        rc = fq_f32_args(px, pout, n, lo, hi, bits, narrow)
+        rc = kernel(px, pout, n, lo, hi, bits, narrow)
     if rc == FQ_ERR_MIN_NOT_BELOW_MAX:
         return False
     _check(rc)
     return result
+
+
+def args_forward(inputs, min, max, num_bits, narrow_range, out):
+    """The result; False when min >= max (fqcore.ops words TF's message); None: see above."""
+    if not (_is_kernel_array(inputs) and type(min) is float and type(max) is float):
+        return None
+    return _forward(fq_f32_args, <cnp.ndarray>inputs, <double>min, <double>max, num_bits,
+                    narrow_range, out)
+
+
+def vars_forward(inputs, min, max, num_bits, narrow_range, out):
+    """The result, or None: see above."""
+    if not (_is_kernel_array(inputs) and _is_range_value(min) and _is_range_value(max)):
+        return None
+    return _forward(fq_f32_vars, <cnp.ndarray>inputs, _range_value(min), _range_value(max),
+                    num_bits, narrow_range, out)
 
 
 def args_grad(gradients, inputs, min, max, num_bits, narrow_range, out):
@@ -202,27 +220,6 @@ def args_grad(gradients, inputs, min, max, num_bits, narrow_range, out):
         rc = fq_f32_args_grad(pg, px, pout, n, lo, hi, bits, narrow)
     if rc == FQ_ERR_MIN_NOT_BELOW_MAX:
         return False
-    _check(rc)
-    return result
-
-
-def vars_forward(inputs, min, max, num_bits, narrow_range, out):
-    """The result, or None: see above."""
-    if not (_is_kernel_array(inputs) and _is_range_value(min) and _is_range_value(max)
-            and _is_attrs(num_bits, narrow_range)):
-        return None
-    cdef cnp.ndarray x = <cnp.ndarray>inputs
-    cdef object result = _kernel_output(out, x, None)
-    if result is None:
-        return None
-    cdef float lo = _range_value(min), hi = _range_value(max)
-    cdef int bits = num_bits, narrow = narrow_range
-    cdef const float *px = _cdata(x)
-    cdef float *pout = _data(result)
-    cdef size_t n = cnp.PyArray_SIZE(x)
-    cdef fq_status rc
-    with nogil:
-        rc = fq_f32_vars(px, pout, n, lo, hi, bits, narrow)
     _check(rc)
     return result
 

@@ -184,88 +184,84 @@ def _channel_ranges(inputs, min, max):
     return _channel_range(min, "min", channels), _channel_range(max, "max", channels)
 
 
-# Each function first hands its arguments to the kernel binding as they are, which runs when they
-# already are in the kernels' form (the common call); otherwise the general path below validates,
-# converts and copies, then calls the binding again.
+def _args_range(inputs, min, max):
+    return _attr_float(min, "min"), _attr_float(max, "max")
+
+
+def _vars_range(inputs, min, max):
+    return _scalar(min, "min"), _scalar(max, "max")
+
+
+# Each op first hands its arguments to the kernel binding as they are, which runs when they already
+# are in the kernels' form (the common call); otherwise the general path validates, converts and
+# copies (`ranges` checks min and max), then calls the binding again.
+
+def _forward(kernel, ranges, inputs, min, max, num_bits, narrow_range, out):
+    result = kernel(inputs, min, max, num_bits, narrow_range, out)
+    if result is None:
+        inputs = _array(inputs, "inputs")
+        min, max = ranges(inputs, min, max)
+        num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
+        out, (x,) = _prepare(out, inputs)
+        result = _ran(kernel(x, min, max, num_bits, narrow_range, out))
+    if result is False:
+        raise _range_error(min, max)
+    return result
+
+
+def _gradient(kernel, ranges, gradients, inputs, min, max, num_bits, narrow_range, out):
+    result = kernel(gradients, inputs, min, max, num_bits, narrow_range, out)
+    if result is None:
+        gradients, inputs = _gradient_inputs(gradients, inputs)
+        min, max = ranges(inputs, min, max)
+        num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
+        out, (g, x) = _prepare(out, inputs, gradients)
+        result = _ran(kernel(g, x, min, max, num_bits, narrow_range, out))
+    if result is False:
+        raise _range_error(min, max)
+    return result
+
 
 def fake_quant_with_min_max_args(inputs, min=-6.0, max=6.0, num_bits=8, narrow_range=False, *,
                                  out=None):
     """FakeQuantWithMinMaxArgs: fake-quantize `inputs` to the grid of the fixed range [min, max]."""
-    result = _kernels.args_forward(inputs, min, max, num_bits, narrow_range, out)
-    if result is None:
-        inputs = _array(inputs, "inputs")
-        min, max = _attr_float(min, "min"), _attr_float(max, "max")
-        num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-        out, (x,) = _prepare(out, inputs)
-        result = _ran(_kernels.args_forward(x, min, max, num_bits, narrow_range, out))
-    if result is False:
-        raise _range_error(min, max)
-    return result
+    return _forward(_kernels.args_forward, _args_range, inputs, min, max, num_bits, narrow_range,
+                    out)
 
 
 def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6.0, max=6.0, num_bits=8,
                                           narrow_range=False, *, out=None):
     """FakeQuantWithMinMaxArgsGradient: `gradients` where inputs lie on the nudged range, else 0."""
-    result = _kernels.args_grad(gradients, inputs, min, max, num_bits, narrow_range, out)
-    if result is None:
-        gradients, inputs = _gradient_inputs(gradients, inputs)
-        min, max = _attr_float(min, "min"), _attr_float(max, "max")
-        num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-        out, (g, x) = _prepare(out, inputs, gradients)
-        result = _ran(_kernels.args_grad(g, x, min, max, num_bits, narrow_range, out))
-    if result is False:
-        raise _range_error(min, max)
-    return result
+    return _gradient(_kernels.args_grad, _args_range, gradients, inputs, min, max, num_bits,
+                     narrow_range, out)
 
 
 def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=False, *, out=None):
     """FakeQuantWithMinMaxVars: fake-quantize `inputs` to the range held by scalars min and max."""
-    result = _kernels.vars_forward(inputs, min, max, num_bits, narrow_range, out)
-    if result is None:
-        inputs = _array(inputs, "inputs")
-        lo, hi = _scalar(min, "min"), _scalar(max, "max")
-        num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-        out, (x,) = _prepare(out, inputs)
-        result = _ran(_kernels.vars_forward(x, lo, hi, num_bits, narrow_range, out))
-    return result
+    return _forward(_kernels.vars_forward, _vars_range, inputs, min, max, num_bits, narrow_range,
+                    out)
 
 
 def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=8,
                                           narrow_range=False, *, out=None):
     """FakeQuantWithMinMaxVarsGradient, fused: (backprops_wrt_input, backprop_wrt_min,
     backprop_wrt_max); the two sums are numpy float32 scalars, as TF's 0-d tensors give."""
-    results = _kernels.vars_grad(gradients, inputs, min, max, num_bits, narrow_range, out)
-    if results is None:
-        gradients, inputs = _gradient_inputs(gradients, inputs)
-        lo, hi = _scalar(min, "min"), _scalar(max, "max")
-        num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-        out, (g, x) = _prepare(out, inputs, gradients)
-        results = _ran(_kernels.vars_grad(g, x, lo, hi, num_bits, narrow_range, out))
-    return _as_tuple(FakeQuantWithMinMaxVarsGradient, results)
+    return _as_tuple(FakeQuantWithMinMaxVarsGradient,
+                     _gradient(_kernels.vars_grad, _vars_range, gradients, inputs, min, max,
+                               num_bits, narrow_range, out))
 
 
 def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narrow_range=False, *,
                                              out=None):
     """FakeQuantWithMinMaxVarsPerChannel: one range per channel of the last dimension."""
-    result = _kernels.channel_forward(inputs, min, max, num_bits, narrow_range, out)
-    if result is None:
-        inputs = _array(inputs, "inputs")
-        lo, hi = _channel_ranges(inputs, min, max)
-        num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-        out, (x,) = _prepare(out, inputs)
-        result = _ran(_kernels.channel_forward(x, lo, hi, num_bits, narrow_range, out))
-    return result
+    return _forward(_kernels.channel_forward, _channel_ranges, inputs, min, max, num_bits,
+                    narrow_range, out)
 
 
 def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, max, num_bits=8,
                                                       narrow_range=False, *, out=None):
     """FakeQuantWithMinMaxVarsPerChannelGradient, fused, one pass over contiguous memory:
     (backprops_wrt_input, backprop_wrt_min[d], backprop_wrt_max[d])."""
-    results = _kernels.channel_grad(gradients, inputs, min, max, num_bits, narrow_range, out)
-    if results is None:
-        gradients, inputs = _gradient_inputs(gradients, inputs)
-        lo, hi = _channel_ranges(inputs, min, max)
-        num_bits, narrow_range = _num_bits(num_bits), _flag(narrow_range, "narrow_range")
-        out, (g, x) = _prepare(out, inputs, gradients)
-        results = _ran(_kernels.channel_grad(g, x, lo, hi, num_bits, narrow_range, out))
-    return _as_tuple(FakeQuantWithMinMaxVarsPerChannelGradient, results)
+    return _as_tuple(FakeQuantWithMinMaxVarsPerChannelGradient,
+                     _gradient(_kernels.channel_grad, _channel_ranges, gradients, inputs, min, max,
+                               num_bits, narrow_range, out))
