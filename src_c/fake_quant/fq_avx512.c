@@ -322,7 +322,48 @@ static void channel_mask_sums__avx512(const float *g, const float *x, float *dx,
     }
 }
 
+/* fq_nudge of 16 ranges, operation for operation (the selection of the zero point as masks). */
+static inline grid16 nudge16(__m512 min, __m512 max, float quant_min, float quant_max) {
+    const __m512 qmin = _mm512_set1_ps(quant_min), qmax = _mm512_set1_ps(quant_max);
+    const __m512 levels = _mm512_set1_ps(quant_max - quant_min), range = _mm512_sub_ps(max, min);
+    const __m512 scale = _mm512_div_ps(range, levels), inv_scale = _mm512_div_ps(levels, range);
+    const __m512 from_min = _mm512_sub_ps(qmin, _mm512_div_ps(min, scale));
+    /* roundf where it is kept (from_min in [quant_min, quant_max], so >= 0): the truncation, plus
+       one where the (exact) fraction is at least a half. */
+    const __m512 whole = _mm512_roundscale_ps(from_min, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(from_min, whole), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    __m512 zero_point = _mm512_mask_add_ps(whole, up, whole, _mm512_set1_ps(1.0f));
+    zero_point = _mm512_mask_mov_ps(zero_point, _mm512_cmp_ps_mask(from_min, qmax, _CMP_GT_OQ), qmax);
+    zero_point = _mm512_mask_mov_ps(zero_point, _mm512_cmp_ps_mask(from_min, qmin, _CMP_LT_OQ), qmin);
+    zero_point = _mm512_mask_mov_ps(zero_point, _mm512_cmp_ps_mask(from_min, from_min, _CMP_UNORD_Q),
+                                    _mm512_setzero_ps());
+    grid16 q;
+    q.nudged_min = _mm512_mul_ps(_mm512_sub_ps(qmin, zero_point), scale);
+    q.nudged_max = _mm512_mul_ps(_mm512_sub_ps(qmax, zero_point), scale);
+    q.scale = scale;
+    q.inv_scale = inv_scale;
+    q.quant_zero = _mm512_roundscale_ps(_mm512_sub_ps(_mm512_set1_ps(0.5f), _mm512_mul_ps(q.nudged_min, inv_scale)),
+                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    return q;
+}
+
+static void nudge_channels__avx512(const float *min, const float *max, size_t channels, int num_bits,
+                                   int narrow_range, float *grid) {
+    const float quant_min = fq_quant_min(narrow_range), quant_max = fq_quant_max(num_bits);
+    size_t c = 0;
+    for (; c + 16 <= channels; c += 16) {
+        const grid16 q = nudge16(_mm512_loadu_ps(min + c), _mm512_loadu_ps(max + c), quant_min, quant_max);
+        _mm512_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_NUDGED_MIN), q.nudged_min);
+        _mm512_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_NUDGED_MAX), q.nudged_max);
+        _mm512_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_SCALE), q.scale);
+        _mm512_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_INV_SCALE), q.inv_scale);
+        _mm512_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_QUANT_ZERO), q.quant_zero);
+    }
+    fq_nudge_positions(min, max, c, channels, num_bits, narrow_range, grid);
+}
+
 const fq_fake_quant_kernels fq_fake_quant__avx512 = {
-    forward_mul__avx512,     forward_div__avx512,     mask__avx512,
-    mask_sums__avx512,       channel_forward__avx512, channel_mask_sums__avx512,
+    forward_mul__avx512,     forward_div__avx512,       mask__avx512,
+    mask_sums__avx512,       channel_forward__avx512,   channel_mask_sums__avx512,
+    nudge_channels__avx512,
 };
