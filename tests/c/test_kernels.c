@@ -960,7 +960,7 @@ static void check_channel(op_id op, size_t channels, size_t rows, int bits, int 
     inputs_free(&in);
 }
 
-static const size_t channel_counts[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 33, 64, 100, 255, 256, 257,
+static const size_t channel_counts[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 24, 31, 32, 33, 64, 96, 100, 128, 255, 256, 257,
                                         1000, 5000};
 
 static void test_per_channel(void) {
