@@ -202,33 +202,47 @@ static size_t skewed_stride(size_t period) {
     return ceil_div(period, per_line) * per_line + per_line;
 }
 
-/* Scratch of one per-channel call: the grid table over a period and which channels are all-zero. */
+/* Scratch of one per-channel call: the grid table over a period and which channels are all-zero.
+   Short periods keep it on the stack (a call on a few elements spends no time in malloc). */
+#define FQ_STACK_PERIOD ((size_t)256)
+#define FQ_STACK_GRID_FLOATS (FQ_STACK_PERIOD * FQ_GRID_PARAMS)
 typedef struct {
     fq_grid_table table;
-    float *storage;
+    float *storage; /* NULL while the table is on_stack */
+    float on_stack[FQ_STACK_GRID_FLOATS];
+    unsigned char on_stack_zero[FQ_STACK_PERIOD];
     unsigned char *zero_channel;
     int any_zero_channel;
 } channel_setup;
 
-static fq_status setup_channels(channel_setup *s, size_t channels, const float *min,
-                                const float *max, int num_bits, int narrow_range) {
+static void free_channels(channel_setup *s) { free(s->storage); }
+
+/* Positions [channels, period) of a padded period repeat the grids of positions [0, channels). */
+static void repeat_grids(float *grid, size_t channels, size_t period) {
+    for (size_t p = channels; p < period; ++p)
+        for (int k = 0; k < FQ_GRID_PARAMS; ++k)
+            grid[fq_grid_offset(p, k)] = grid[fq_grid_offset(p - channels, k)];
+}
+
+static fq_status setup_channels(channel_setup *s, const fq_fake_quant_kernels *k, size_t channels,
+                                const float *min, const float *max, int num_bits, int narrow_range) {
     const size_t period = fq_padded_period(channels, FQ_CHANNEL_MAX_PADDED_PERIOD);
     const size_t floats = ceil_div(period, FQ_GRID_CHUNK) * FQ_GRID_CHUNK * FQ_GRID_PARAMS;
-    s->storage = malloc(floats * sizeof(float) + channels);
-    if (s->storage == NULL) return FQ_ERR_NO_MEMORY;
-    s->zero_channel = (unsigned char *)(s->storage + floats);
+    float *grid = s->on_stack;
+    s->storage = NULL;
+    s->zero_channel = s->on_stack_zero;
+    if (floats > FQ_STACK_GRID_FLOATS) {
+        grid = s->storage = malloc(floats * sizeof(float) + channels);
+        if (grid == NULL) return FQ_ERR_NO_MEMORY;
+        s->zero_channel = (unsigned char *)(grid + floats);
+    }
+    s->table = (fq_grid_table){period, grid};
+    k->nudge_channels(min, max, channels, num_bits, narrow_range, grid);
+    repeat_grids(grid, channels, period);
     s->any_zero_channel = 0;
-    s->table = (fq_grid_table){period, s->storage};
     for (size_t c = 0; c < channels; ++c) {
-        fq_grid grid;
-        fq_nudge(min[c], max[c], num_bits, narrow_range, &grid);
         s->zero_channel[c] = (unsigned char)fq_range_is_zero(min[c], max[c]);
         s->any_zero_channel |= s->zero_channel[c];
-        const float params[FQ_GRID_PARAMS] = {grid.nudged_min, grid.nudged_max, grid.scale,
-                                              grid.inv_scale, grid.quant_zero};
-        for (size_t p = c; p < period; p += channels)
-            for (int k = 0; k < FQ_GRID_PARAMS; ++k)
-                s->storage[fq_grid_offset(p, k)] = params[k];
     }
     return FQ_OK;
 }
@@ -303,11 +317,12 @@ fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t c
     if (status != FQ_OK || n == 0) return status;
     const fq_fpenv saved = fq_fpenv_enter();
     channel_setup s;
-    status = setup_channels(&s, channels, min, max, num_bits, narrow_range);
+    const fq_fake_quant_kernels *k = active_kernels();
+    status = setup_channels(&s, k, channels, min, max, num_bits, narrow_range);
     if (status == FQ_OK) {
         const size_t period = s.table.period, rows = n / period, rest = n % period;
         const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
-        channel_job job = {active_kernels(), NULL, x, out, &s.table, 0, 0, 0, 0, NULL, 0};
+        channel_job job = {k, NULL, x, out, &s.table, 0, 0, 0, 0, NULL, 0};
         plan_channel_job(&job, rows, rows < (size_t)threads ? rows : (size_t)threads, threads);
         if (rows > 0)
             fq_parallel_for(threads, ceil_div(rows, job.row_chunk) * job.col_chunks,
@@ -317,7 +332,7 @@ fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t c
             for (size_t c = 0; c < channels; ++c)
                 if (s.zero_channel[c])
                     for (size_t i = c; i < n; i += channels) out[i] = 0.0f;
-        free(s.storage);
+        free_channels(&s);
     }
     fq_fpenv_leave(saved);
     return status;
@@ -356,8 +371,12 @@ static void restore_zero_channels(const channel_setup *s, const float *saved, fl
             if (s->zero_channel[c]) dx[i + c] = saved[k++];
 }
 
-static fq_status channel_grad(const channel_setup *s, const float *g, const float *x, float *dx,
-                              size_t n, size_t channels, float *dmin, float *dmax) {
+/* Partial sums of up to this many doubles live on the stack (one block of a short period). */
+#define FQ_STACK_PARTIALS ((size_t)2 * (FQ_STACK_PERIOD + 16))
+
+static fq_status channel_grad(const channel_setup *s, const fq_fake_quant_kernels *k,
+                              const float *g, const float *x, float *dx, size_t n, size_t channels,
+                              float *dmin, float *dmax) {
     const size_t period = s->table.period, rows = n / period, rest = n % period;
     float *saved = NULL;
     if (s->any_zero_channel) {
@@ -366,14 +385,17 @@ static fq_status channel_grad(const channel_setup *s, const float *g, const floa
     }
     const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
     const size_t acc_stride = skewed_stride(period);
-    channel_job job = {active_kernels(), g, x, dx, &s->table, 0, 0, 0, 0, NULL, acc_stride};
+    channel_job job = {k, g, x, dx, &s->table, 0, 0, 0, 0, NULL, acc_stride};
     plan_channel_job(&job, rows, channel_sum_blocks(n, period, rows), threads);
     const size_t blocks = rows > 0 ? ceil_div(rows, job.row_chunk) : 1;
-    job.partials = calloc(blocks * 2 * acc_stride, sizeof(double));
+    double stack_partials[FQ_STACK_PARTIALS];
+    const size_t partial_count = blocks * 2 * acc_stride;
+    job.partials = partial_count <= FQ_STACK_PARTIALS ? stack_partials : malloc(partial_count * sizeof(double));
     if (job.partials == NULL) {
         free(saved);
         return FQ_ERR_NO_MEMORY;
     }
+    memset(job.partials, 0, partial_count * sizeof(double));
     if (rows > 0) fq_parallel_for(threads, blocks * job.col_chunks, channel_grad_item, &job);
     /* The partial last period comes after every whole row, so it joins the last block. */
     double *last = job.partials + (blocks - 1) * 2 * acc_stride;
@@ -394,7 +416,7 @@ static fq_status channel_grad(const channel_setup *s, const float *g, const floa
     }
     if (saved != NULL) restore_zero_channels(s, saved, dx, n, channels);
     free(saved);
-    free(job.partials);
+    if (job.partials != stack_partials) free(job.partials);
     return FQ_OK;
 }
 
@@ -411,10 +433,11 @@ fq_status fq_f32_vars_per_channel_grad(const float *g, const float *x, float *dx
     }
     const fq_fpenv saved = fq_fpenv_enter();
     channel_setup s;
-    status = setup_channels(&s, channels, min, max, num_bits, narrow_range);
+    const fq_fake_quant_kernels *k = active_kernels();
+    status = setup_channels(&s, k, channels, min, max, num_bits, narrow_range);
     if (status == FQ_OK) {
-        status = channel_grad(&s, g, x, dx, n, channels, dmin, dmax);
-        free(s.storage);
+        status = channel_grad(&s, k, g, x, dx, n, channels, dmin, dmax);
+        free_channels(&s);
     }
     fq_fpenv_leave(saved);
     return status;

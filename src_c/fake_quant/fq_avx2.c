@@ -273,7 +273,48 @@ static void channel_mask_sums__avx2(const float *g, const float *x, float *dx, s
     }
 }
 
+/* fq_nudge of 8 ranges, operation for operation (the selection of the zero point as blends). */
+static inline grid8 nudge8(__m256 min, __m256 max, float quant_min, float quant_max) {
+    const __m256 qmin = _mm256_set1_ps(quant_min), qmax = _mm256_set1_ps(quant_max);
+    const __m256 levels = _mm256_set1_ps(quant_max - quant_min), range = _mm256_sub_ps(max, min);
+    const __m256 scale = _mm256_div_ps(range, levels), inv_scale = _mm256_div_ps(levels, range);
+    const __m256 from_min = _mm256_sub_ps(qmin, _mm256_div_ps(min, scale));
+    /* roundf where it is kept (from_min in [quant_min, quant_max], so >= 0): the truncation, plus
+       one where the (exact) fraction is at least a half. */
+    const __m256 whole = _mm256_round_ps(from_min, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 up = _mm256_cmp_ps(_mm256_sub_ps(from_min, whole), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    __m256 zero_point = _mm256_blendv_ps(whole, _mm256_add_ps(whole, _mm256_set1_ps(1.0f)), up);
+    zero_point = _mm256_blendv_ps(zero_point, qmax, _mm256_cmp_ps(from_min, qmax, _CMP_GT_OQ));
+    zero_point = _mm256_blendv_ps(zero_point, qmin, _mm256_cmp_ps(from_min, qmin, _CMP_LT_OQ));
+    zero_point = _mm256_blendv_ps(zero_point, _mm256_setzero_ps(),
+                                  _mm256_cmp_ps(from_min, from_min, _CMP_UNORD_Q));
+    grid8 q;
+    q.nudged_min = _mm256_mul_ps(_mm256_sub_ps(qmin, zero_point), scale);
+    q.nudged_max = _mm256_mul_ps(_mm256_sub_ps(qmax, zero_point), scale);
+    q.scale = scale;
+    q.inv_scale = inv_scale;
+    q.quant_zero = _mm256_round_ps(_mm256_sub_ps(_mm256_set1_ps(0.5f), _mm256_mul_ps(q.nudged_min, inv_scale)),
+                                   _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    return q;
+}
+
+static void nudge_channels__avx2(const float *min, const float *max, size_t channels, int num_bits,
+                                 int narrow_range, float *grid) {
+    const float quant_min = fq_quant_min(narrow_range), quant_max = fq_quant_max(num_bits);
+    size_t c = 0;
+    for (; c + 8 <= channels; c += 8) {
+        const grid8 q = nudge8(_mm256_loadu_ps(min + c), _mm256_loadu_ps(max + c), quant_min, quant_max);
+        _mm256_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_NUDGED_MIN), q.nudged_min);
+        _mm256_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_NUDGED_MAX), q.nudged_max);
+        _mm256_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_SCALE), q.scale);
+        _mm256_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_INV_SCALE), q.inv_scale);
+        _mm256_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_QUANT_ZERO), q.quant_zero);
+    }
+    fq_nudge_positions(min, max, c, channels, num_bits, narrow_range, grid);
+}
+
 const fq_fake_quant_kernels fq_fake_quant__avx2 = {
-    forward_mul__avx2,     forward_div__avx2,     mask__avx2,
-    mask_sums__avx2,       channel_forward__avx2, channel_mask_sums__avx2,
+    forward_mul__avx2,     forward_div__avx2,       mask__avx2,
+    mask_sums__avx2,       channel_forward__avx2,   channel_mask_sums__avx2,
+    nudge_channels__avx2,
 };

@@ -198,11 +198,7 @@ static void mask_sums__avx512(const float *g, const float *x, float *dx, size_t 
 }
 
 /* Per-channel kernels walk the rows in memory order (fq_channel_walk.h says how the forward
-   chooses); a gradient call over whole periods of whole vectors runs as one flat loop. */
-static inline size_t next_position(size_t p, size_t period) {
-    p += 16;
-    return p == period ? 0 : p;
-}
+   chooses). */
 
 /* The grid of 16 positions from one chunk of the interleaved table. */
 static inline grid16 chunk_grid(const float *chunk) {
@@ -283,46 +279,171 @@ static inline void add_to_positions(__m512 products, double *acc) {
     _mm512_storeu_pd(acc + 8, hi);
 }
 
-/* dx of one vector of a per-channel row; the sums' products only where they can be non-zero
-   (below or above the grid, or g not finite), added in row order per position. */
-static inline void channel_step16(__m512 gv, __m512 xv, float *dx, __m512 nmin, __m512 nmax,
-                                  double *acc_min, double *acc_max) {
-    _mm512_storeu_ps(dx, _mm512_mul_ps(gv, as_one(between16(xv, nmin, nmax))));
-    const __mmask16 below = _mm512_cmp_ps_mask(xv, nmin, _CMP_LT_OQ);
-    const __mmask16 above = _mm512_cmp_ps_mask(xv, nmax, _CMP_GT_OQ);
-    if ((below | above | _mm512_fpclass_ps_mask(gv, FQ_NOT_FINITE)) == 0) return;
-    add_to_positions(_mm512_mul_ps(gv, as_one(below)), acc_min);
-    add_to_positions(_mm512_mul_ps(gv, as_one(above)), acc_max);
+/* Up to four vectors of a per-channel gradient, loaded before any dx is stored (dx may alias g or
+   x; and a load from the next row cannot wait on a store 4 KiB below it). */
+typedef struct {
+    __m512 g[4], x[4], nmin[4], nmax[4];
+    float *dx[4];
+    double *acc_min[4], *acc_max[4];
+} group16;
+
+/* dx of the group's `count` vectors; and unless all of their products are +-0 (x inside the grid
+   and g finite: one branch for the group, with no other compare on the way), each vector's products
+   added, in the group's order, to its positions' accumulators (skipping +-0 products keeps the
+   bits: accumulators start at +0). */
+static inline void grad_group16(const group16 *v, int count) {
+    __mmask16 quiet = 0xffff;
+    for (int k = 0; k < count; ++k) {
+        const __mmask16 inside = between16(v->x[k], v->nmin[k], v->nmax[k]);
+        _mm512_storeu_ps(v->dx[k], _mm512_mul_ps(v->g[k], as_one(inside)));
+        quiet &= _kandn_mask16(_mm512_fpclass_ps_mask(v->g[k], FQ_NOT_FINITE), inside);
+    }
+    if (quiet == 0xffff) return;
+    for (int k = 0; k < count; ++k) {
+        const __mmask16 below = _mm512_cmp_ps_mask(v->x[k], v->nmin[k], _CMP_LT_OQ);
+        const __mmask16 above = _mm512_cmp_ps_mask(v->x[k], v->nmax[k], _CMP_GT_OQ);
+        add_to_positions(_mm512_mul_ps(v->g[k], as_one(below)), v->acc_min[k]);
+        add_to_positions(_mm512_mul_ps(v->g[k], as_one(above)), v->acc_max[k]);
+    }
 }
 
+/* Whole periods of `vectors` (1 to 8) vectors, as one flat walk whose grids stay in registers (no
+   grid load per vector, as in the per-tensor loop). Groups of four vectors step through units of
+   lcm(vectors, 4) vectors, so that each vector's position is a constant of the unrolled unit. */
+static inline __attribute__((always_inline)) void grad_in_registers(
+    const float *g, const float *x, float *dx, size_t rows, const fq_grid_table *t, double *acc_min,
+    double *acc_max, const int vectors) {
+    __m512 nmin[8], nmax[8];
+    for (int v = 0; v < vectors; ++v) {
+        nmin[v] = _mm512_loadu_ps(fq_grid_param(t, 16 * (size_t)v, FQ_GRID_NUDGED_MIN));
+        nmax[v] = _mm512_loadu_ps(fq_grid_param(t, 16 * (size_t)v, FQ_GRID_NUDGED_MAX));
+    }
+    const int unit = vectors % 4 == 0 ? vectors : vectors % 2 == 0 ? 2 * vectors : 4 * vectors;
+    const size_t n = rows * 16 * (size_t)vectors;
+    size_t i = 0;
+    for (; i + 16 * (size_t)unit <= n; i += 16 * (size_t)unit)
+#pragma GCC unroll 8 /* whole units: each vector's grid is then a register, not an indexed load */
+        for (int j = 0; j < unit; j += 4) {
+            group16 v;
+            for (int k = 0; k < 4; ++k) {
+                const size_t at = i + 16 * (size_t)(j + k), p = 16 * (size_t)((j + k) % vectors);
+                v.g[k] = _mm512_loadu_ps(g + at);
+                v.x[k] = _mm512_loadu_ps(x + at);
+                v.nmin[k] = nmin[(j + k) % vectors];
+                v.nmax[k] = nmax[(j + k) % vectors];
+                v.dx[k] = dx + at;
+                v.acc_min[k] = acc_min + p;
+                v.acc_max[k] = acc_max + p;
+            }
+            grad_group16(&v, 4);
+        }
+    /* The last rows, fewer than a unit: one vector at a time (a unit starts at position 0). */
+    for (int j = 0; i < n; i += 16, ++j) {
+        const size_t p = 16 * (size_t)(j % vectors);
+        const group16 v = {{_mm512_loadu_ps(g + i)}, {_mm512_loadu_ps(x + i)}, {nmin[j % vectors]},
+                           {nmax[j % vectors]}, {dx + i}, {acc_min + p}, {acc_max + p}};
+        grad_group16(&v, 1);
+    }
+}
+
+/* One row, positions [p0, p1) (p0 a multiple of 16): four vectors a group, their grids read from
+   consecutive chunks of the table through one pointer; then one vector at a time. */
+static void grad_row(const float *g, const float *x, float *dx, const fq_grid_table *t, size_t p0,
+                     size_t p1, double *acc_min, double *acc_max) {
+    const float *chunk = fq_grid_param(t, p0, FQ_GRID_NUDGED_MIN);
+    size_t p = p0;
+    for (; p + 64 <= p1; p += 64, chunk += 4 * FQ_GRID_CHUNK * FQ_GRID_PARAMS) {
+        group16 v;
+        for (int k = 0; k < 4; ++k) {
+            const size_t at = p + 16 * (size_t)k;
+            const float *grid = chunk + (size_t)k * FQ_GRID_CHUNK * FQ_GRID_PARAMS;
+            v.g[k] = _mm512_loadu_ps(g + at);
+            v.x[k] = _mm512_loadu_ps(x + at);
+            v.nmin[k] = _mm512_loadu_ps(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN);
+            v.nmax[k] = _mm512_loadu_ps(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX);
+            v.dx[k] = dx + at;
+            v.acc_min[k] = acc_min + at;
+            v.acc_max[k] = acc_max + at;
+        }
+        grad_group16(&v, 4);
+    }
+    for (; p + 16 <= p1; p += 16) {
+        const group16 v = {{_mm512_loadu_ps(g + p)}, {_mm512_loadu_ps(x + p)},
+                           {_mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN))},
+                           {_mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX))},
+                           {dx + p}, {acc_min + p}, {acc_max + p}};
+        grad_group16(&v, 1);
+    }
+    fq_channel_row(g, x, dx, t, p, p1, acc_min, acc_max);
+}
+
+/* Whole periods of up to 8 vectors keep their grids in registers; other calls take four rows per
+   grid load, then the last rows one by one. */
 static void channel_mask_sums__avx512(const float *g, const float *x, float *dx, size_t rows,
                                       const fq_grid_table *table, size_t p0, size_t p1,
                                       double *acc_min, double *acc_max) {
     const fq_grid_table grids = *table, *t = &grids; /* a local copy: stores cannot change it */
     const size_t period = t->period;
-    if (p0 == 0 && p1 == period && period % 16 == 0) {
-        const size_t n = rows * period;
-        size_t p = 0;
-        for (size_t i = 0; i < n; i += 16, p = next_position(p, period))
-            channel_step16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(x + i), dx + i,
-                           _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN)),
-                           _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX)),
-                           acc_min + p, acc_max + p);
-        return;
+    if (p0 == 0 && p1 == period && period % 16 == 0 && period <= 128) {
+        switch (period / 16) {
+        case 1: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 1); return;
+        case 2: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 2); return;
+        case 3: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 3); return;
+        case 4: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 4); return;
+        case 5: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 5); return;
+        case 6: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 6); return;
+        case 7: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 7); return;
+        default: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 8); return;
+        }
     }
     for (size_t r = 0; r < rows; ++r) {
         const size_t base = r * period;
-        size_t p = p0;
-        for (; p + 16 <= p1; p += 16)
-            channel_step16(_mm512_loadu_ps(g + base + p), _mm512_loadu_ps(x + base + p), dx + base + p,
-                           _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN)),
-                           _mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX)),
-                           acc_min + p, acc_max + p);
-        fq_channel_row(g + base, x + base, dx + base, t, p, p1, acc_min, acc_max);
+        grad_row(g + base, x + base, dx + base, t, p0, p1, acc_min, acc_max);
     }
 }
 
+/* fq_nudge of 16 ranges, operation for operation (the selection of the zero point as masks). */
+static inline grid16 nudge16(__m512 min, __m512 max, float quant_min, float quant_max) {
+    const __m512 qmin = _mm512_set1_ps(quant_min), qmax = _mm512_set1_ps(quant_max);
+    const __m512 levels = _mm512_set1_ps(quant_max - quant_min), range = _mm512_sub_ps(max, min);
+    const __m512 scale = _mm512_div_ps(range, levels), inv_scale = _mm512_div_ps(levels, range);
+    const __m512 from_min = _mm512_sub_ps(qmin, _mm512_div_ps(min, scale));
+    /* roundf where it is kept (from_min in [quant_min, quant_max], so >= 0): the truncation, plus
+       one where the (exact) fraction is at least a half. */
+    const __m512 whole = _mm512_roundscale_ps(from_min, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(from_min, whole), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    __m512 zero_point = _mm512_mask_add_ps(whole, up, whole, _mm512_set1_ps(1.0f));
+    zero_point = _mm512_mask_mov_ps(zero_point, _mm512_cmp_ps_mask(from_min, qmax, _CMP_GT_OQ), qmax);
+    zero_point = _mm512_mask_mov_ps(zero_point, _mm512_cmp_ps_mask(from_min, qmin, _CMP_LT_OQ), qmin);
+    zero_point = _mm512_mask_mov_ps(zero_point, _mm512_cmp_ps_mask(from_min, from_min, _CMP_UNORD_Q),
+                                    _mm512_setzero_ps());
+    grid16 q;
+    q.nudged_min = _mm512_mul_ps(_mm512_sub_ps(qmin, zero_point), scale);
+    q.nudged_max = _mm512_mul_ps(_mm512_sub_ps(qmax, zero_point), scale);
+    q.scale = scale;
+    q.inv_scale = inv_scale;
+    q.quant_zero = _mm512_roundscale_ps(_mm512_sub_ps(_mm512_set1_ps(0.5f), _mm512_mul_ps(q.nudged_min, inv_scale)),
+                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    return q;
+}
+
+static void nudge_channels__avx512(const float *min, const float *max, size_t channels, int num_bits,
+                                   int narrow_range, float *grid) {
+    const float quant_min = fq_quant_min(narrow_range), quant_max = fq_quant_max(num_bits);
+    size_t c = 0;
+    for (; c + 16 <= channels; c += 16) {
+        const grid16 q = nudge16(_mm512_loadu_ps(min + c), _mm512_loadu_ps(max + c), quant_min, quant_max);
+        _mm512_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_NUDGED_MIN), q.nudged_min);
+        _mm512_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_NUDGED_MAX), q.nudged_max);
+        _mm512_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_SCALE), q.scale);
+        _mm512_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_INV_SCALE), q.inv_scale);
+        _mm512_storeu_ps(grid + fq_grid_offset(c, FQ_GRID_QUANT_ZERO), q.quant_zero);
+    }
+    fq_nudge_positions(min, max, c, channels, num_bits, narrow_range, grid);
+}
+
 const fq_fake_quant_kernels fq_fake_quant__avx512 = {
-    forward_mul__avx512,     forward_div__avx512,     mask__avx512,
-    mask_sums__avx512,       channel_forward__avx512, channel_mask_sums__avx512,
+    forward_mul__avx512,     forward_div__avx512,       mask__avx512,
+    mask_sums__avx512,       channel_forward__avx512,   channel_mask_sums__avx512,
+    nudge_channels__avx512,
 };

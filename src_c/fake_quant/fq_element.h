@@ -71,6 +71,20 @@ static inline void fq_channel_row(const float *g, const float *x, float *dx, con
     }
 }
 
+/* fq_nudge of channels [c0, c1), each written to its own position of a grid table's storage. */
+static inline void fq_nudge_positions(const float *min, const float *max, size_t c0, size_t c1,
+                                      int num_bits, int narrow_range, float *grid) {
+    for (size_t c = c0; c < c1; ++c) {
+        fq_grid q;
+        fq_nudge(min[c], max[c], num_bits, narrow_range, &q);
+        grid[fq_grid_offset(c, FQ_GRID_NUDGED_MIN)] = q.nudged_min;
+        grid[fq_grid_offset(c, FQ_GRID_NUDGED_MAX)] = q.nudged_max;
+        grid[fq_grid_offset(c, FQ_GRID_SCALE)] = q.scale;
+        grid[fq_grid_offset(c, FQ_GRID_INV_SCALE)] = q.inv_scale;
+        grid[fq_grid_offset(c, FQ_GRID_QUANT_ZERO)] = q.quant_zero;
+    }
+}
+
 /* Positions [p0, p1) of one row of a per-channel forward. */
 static inline void fq_channel_forward_row(const float *x, float *out, const fq_grid_table *t,
                                           size_t p0, size_t p1) {

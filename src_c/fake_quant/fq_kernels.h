@@ -74,12 +74,20 @@ typedef struct {
     void (*channel_mask_sums)(const float *g, const float *x, float *dx, size_t rows,
                               const fq_grid_table *table, size_t p0, size_t p1, double *acc_min,
                               double *acc_max);
+    /* fq_nudge of channels [0, channels), each grid written to the same position of a grid table's
+       storage `grid` (bit for bit what fq_nudge gives, NaN bits included). */
+    void (*nudge_channels)(const float *min, const float *max, size_t channels, int num_bits,
+                           int narrow_range, float *grid);
 } fq_fake_quant_kernels;
 
 extern const fq_fake_quant_kernels fq_fake_quant__scalar;
 extern const fq_fake_quant_kernels fq_fake_quant__avx2;
 extern const fq_fake_quant_kernels fq_fake_quant__avx512;
 extern const fq_fake_quant_kernels fq_fake_quant__neon;
+
+/* TF's quantized range [quant_min, quant_max] for num_bits and narrow_range. */
+static inline float fq_quant_min(int narrow_range) { return narrow_range ? 1.0f : 0.0f; }
+static inline float fq_quant_max(int num_bits) { return (float)((1 << num_bits) - 1); }
 
 /* TF's Nudge for one range; quant_min/quant_max from num_bits and narrow_range. */
 void fq_nudge(float min, float max, int num_bits, int narrow_range, fq_grid *grid);

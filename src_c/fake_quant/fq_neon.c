@@ -271,7 +271,43 @@ static void channel_mask_sums__neon(const float *g, const float *x, float *dx, s
     }
 }
 
+/* fq_nudge of 4 ranges, operation for operation (vrndaq_f32 rounds half away from zero, as roundf;
+   the selection of the zero point as selects, in fq_nudge's order). */
+static inline grid4 nudge4(float32x4_t min, float32x4_t max, float quant_min, float quant_max) {
+    const float32x4_t qmin = vdupq_n_f32(quant_min), qmax = vdupq_n_f32(quant_max);
+    const float32x4_t levels = vdupq_n_f32(quant_max - quant_min), range = vsubq_f32(max, min);
+    const float32x4_t scale = vdivq_f32(range, levels), inv_scale = vdivq_f32(levels, range);
+    const float32x4_t from_min = vsubq_f32(qmin, vdivq_f32(min, scale));
+    float32x4_t zero_point = vrndaq_f32(from_min);
+    zero_point = vbslq_f32(vcgtq_f32(from_min, qmax), qmax, zero_point);
+    zero_point = vbslq_f32(vcltq_f32(from_min, qmin), qmin, zero_point);
+    zero_point = vbslq_f32(vceqq_f32(from_min, from_min), zero_point, vdupq_n_f32(0.0f));
+    grid4 q;
+    q.nudged_min = vmulq_f32(vsubq_f32(qmin, zero_point), scale);
+    q.nudged_max = vmulq_f32(vsubq_f32(qmax, zero_point), scale);
+    q.scale = scale;
+    q.inv_scale = inv_scale;
+    q.quant_zero = vrndmq_f32(vsubq_f32(vdupq_n_f32(0.5f), vmulq_f32(q.nudged_min, inv_scale)));
+    return q;
+}
+
+static void nudge_channels__neon(const float *min, const float *max, size_t channels, int num_bits,
+                                 int narrow_range, float *grid) {
+    const float quant_min = fq_quant_min(narrow_range), quant_max = fq_quant_max(num_bits);
+    size_t c = 0;
+    for (; c + 4 <= channels; c += 4) {
+        const grid4 q = nudge4(vld1q_f32(min + c), vld1q_f32(max + c), quant_min, quant_max);
+        vst1q_f32(grid + fq_grid_offset(c, FQ_GRID_NUDGED_MIN), q.nudged_min);
+        vst1q_f32(grid + fq_grid_offset(c, FQ_GRID_NUDGED_MAX), q.nudged_max);
+        vst1q_f32(grid + fq_grid_offset(c, FQ_GRID_SCALE), q.scale);
+        vst1q_f32(grid + fq_grid_offset(c, FQ_GRID_INV_SCALE), q.inv_scale);
+        vst1q_f32(grid + fq_grid_offset(c, FQ_GRID_QUANT_ZERO), q.quant_zero);
+    }
+    fq_nudge_positions(min, max, c, channels, num_bits, narrow_range, grid);
+}
+
 const fq_fake_quant_kernels fq_fake_quant__neon = {
-    forward_mul__neon,     forward_div__neon,     mask__neon,
-    mask_sums__neon,       channel_forward__neon, channel_mask_sums__neon,
+    forward_mul__neon,     forward_div__neon,       mask__neon,
+    mask_sums__neon,       channel_forward__neon,   channel_mask_sums__neon,
+    nudge_channels__neon,
 };

@@ -6,8 +6,8 @@
 /* Kept out of line in its own file: the caller switches MXCSR/FPCR first, and the compiler must
    not move this arithmetic across that switch. */
 void fq_nudge(float min, float max, int num_bits, int narrow_range, fq_grid *grid) {
-    const float quant_min = narrow_range ? 1.0f : 0.0f;
-    const float quant_max = (float)((1 << num_bits) - 1);
+    const float quant_min = fq_quant_min(narrow_range);
+    const float quant_max = fq_quant_max(num_bits);
     const float scale = (max - min) / (quant_max - quant_min);
     const float inv_scale = (quant_max - quant_min) / (max - min);
     const float zero_point_from_min = quant_min - min / scale;
@@ -24,7 +24,9 @@ void fq_nudge(float min, float max, int num_bits, int narrow_range, fq_grid *gri
     grid->nudged_max = (quant_max - zero_point) * scale;
     grid->scale = scale;
     grid->inv_scale = inv_scale;
-    grid->quant_zero = floorf(-grid->nudged_min * inv_scale + 0.5f);
+    /* -nudged_min * inv_scale + 0.5f, written so that no compiler choice can flip the sign of a
+       NaN (the SIMD nudges compute exactly this; the values are the same either way). */
+    grid->quant_zero = floorf(0.5f - grid->nudged_min * inv_scale);
 }
 
 int fq_range_is_zero(float min, float max) { return min == 0.0f && max == 0.0f; }

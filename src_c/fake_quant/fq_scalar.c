@@ -44,7 +44,13 @@ static void channel_mask_sums__scalar(const float *g, const float *x, float *dx,
     }
 }
 
+static void nudge_channels__scalar(const float *min, const float *max, size_t channels, int num_bits,
+                                  int narrow_range, float *grid) {
+    fq_nudge_positions(min, max, 0, channels, num_bits, narrow_range, grid);
+}
+
 const fq_fake_quant_kernels fq_fake_quant__scalar = {
-    forward_mul__scalar,     forward_div__scalar,     mask__scalar,
-    mask_sums__scalar,       channel_forward__scalar, channel_mask_sums__scalar,
+    forward_mul__scalar,     forward_div__scalar,       mask__scalar,
+    mask_sums__scalar,       channel_forward__scalar,   channel_mask_sums__scalar,
+    nudge_channels__scalar,
 };

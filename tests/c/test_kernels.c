@@ -1,5 +1,5 @@
 /* C test harness, fake quantization: each SIMD path and thread count against the scalar kernels, bit
-   for bit, via fqcore.h. */
+   for bit, via fqcore.h; and each ISA's per-channel nudge against fq_nudge, directly. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fpenv.h"
+#include "fake_quant/fq_kernels.h"
 #include "fqcore.h"
 #include "harness.h"
 
@@ -958,7 +960,7 @@ static void check_channel(op_id op, size_t channels, size_t rows, int bits, int 
     inputs_free(&in);
 }
 
-static const size_t channel_counts[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 33, 64, 100, 255, 256, 257,
+static const size_t channel_counts[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 24, 31, 32, 33, 64, 96, 100, 128, 255, 256, 257,
                                         1000, 5000};
 
 static void test_per_channel(void) {
@@ -1014,6 +1016,87 @@ static void test_per_channel_flat_walk(void) {
                           ALIAS_NONE);
 }
 
+/* ---------------- the per-channel nudge ---------------- */
+
+static const fq_fake_quant_kernels *kernels_of(fq_isa isa) {
+    switch (isa) {
+#ifdef FQ_BUILD_AVX2
+    case FQ_ISA_AVX2: return &fq_fake_quant__avx2;
+#endif
+#ifdef FQ_BUILD_AVX512
+    case FQ_ISA_AVX512: return &fq_fake_quant__avx512;
+#endif
+#ifdef FQ_BUILD_NEON
+    case FQ_ISA_NEON: return &fq_fake_quant__neon;
+#endif
+    default: return &fq_fake_quant__scalar;
+    }
+}
+
+/* Each ISA's nudge_channels against fq_nudge on the same ranges, every parameter bit for bit (NaN
+   bits included), under the flush-to-zero the entry points switch to. */
+static void check_nudge(const float *mins, const float *maxs, size_t channels, int bits, int narrow) {
+    const size_t floats = (channels + FQ_GRID_CHUNK - 1) / FQ_GRID_CHUNK * FQ_GRID_CHUNK * FQ_GRID_PARAMS;
+    float *grid = malloc(floats * sizeof(float));
+    for (int i = 0; i < n_isas; ++i) {
+        const fq_fpenv saved = fq_fpenv_enter();
+        kernels_of(isas[i])->nudge_channels(mins, maxs, channels, bits, narrow, grid);
+        fq_fpenv_leave(saved);
+        for (size_t c = 0; c < channels; ++c) {
+            fq_grid want;
+            const fq_fpenv saved_again = fq_fpenv_enter();
+            fq_nudge(mins[c], maxs[c], bits, narrow, &want);
+            fq_fpenv_leave(saved_again);
+            const float wanted[FQ_GRID_PARAMS] = {want.nudged_min, want.nudged_max, want.scale,
+                                                  want.inv_scale, want.quant_zero};
+            for (int k = 0; k < FQ_GRID_PARAMS; ++k) {
+                const float got = grid[fq_grid_offset(c, k)];
+                expect(to_bits(got) == to_bits(wanted[k]),
+                       "nudge %s: [%a, %a] bits=%d narrow=%d param %d: %08x, want %08x",
+                       fq_isa_name(isas[i]), (double)mins[c], (double)maxs[c], bits, narrow, k,
+                       to_bits(got), to_bits(wanted[k]));
+            }
+        }
+    }
+    free(grid);
+}
+
+/* Every pair of edge values (zero and equal ranges, reversed, zero inside and outside, denormals,
+   huge and non-finite), ranges whose zero point is an exact tie, random ranges and random bits. */
+static void test_nudge(void) {
+    static const float edges[] = {
+        0.0f, -0.0f, 1e-40f, -1e-40f, FLT_MIN, -FLT_MIN, 1e-38f, -1e-38f, 1e-30f, 0.1f, -0.1f,
+        0.3f, -0.3f, 1.0f, -1.0f, 6.0f, -6.0f, 100.5f, -100.5f, 65504.0f, -65504.0f, 1e30f,
+        -1e30f, 3e38f, -3e38f, FLT_MAX, -FLT_MAX, INFINITY, -INFINITY, NAN, -NAN};
+    const size_t n_edges = sizeof edges / sizeof edges[0], pairs = n_edges * n_edges;
+    float *mins = malloc(pairs * sizeof(float)), *maxs = malloc(pairs * sizeof(float));
+    for (size_t k = 0; k < pairs; ++k) {
+        mins[k] = edges[k / n_edges];
+        maxs[k] = edges[k % n_edges];
+    }
+    for (int bits = 2; bits <= 16; ++bits)
+        for (int narrow = 0; narrow <= 1; ++narrow) check_nudge(mins, maxs, pairs, bits, narrow);
+    /* Zero points at exact ties k + 0.5 (scale 1 on 8 bits): roundf goes away from zero. */
+    size_t n = 0;
+    for (int k = 0; k < 255; ++k, ++n) {
+        mins[n] = -((float)k + 0.5f);
+        maxs[n] = mins[n] + 255.0f;
+    }
+    check_nudge(mins, maxs, n, 8, 0);
+    /* Random ranges, then random bit patterns (NaNs, denormals, anything), on every tail length. */
+    for (size_t channels = 1; channels <= 40; ++channels) {
+        for (size_t c = 0; c < channels; ++c) random_range(&mins[c], &maxs[c]);
+        check_nudge(mins, maxs, channels, 2 + (int)(channels % 15), (int)(channels & 1));
+        for (size_t c = 0; c < channels; ++c) {
+            mins[c] = from_bits((uint32_t)rnd64());
+            maxs[c] = below(2) ? from_bits((uint32_t)rnd64()) : -mins[c];
+        }
+        check_nudge(mins, maxs, channels, 2 + (int)(channels * 7 % 15), (int)(channels / 2 & 1));
+    }
+    free(mins);
+    free(maxs);
+}
+
 int main(void) {
     static const harness_section sections[] = {
         {"statuses and settings", test_errors},
@@ -1022,6 +1105,7 @@ int main(void) {
         {"per-tensor sizes 0..1000", test_small_sizes},
         {"per-tensor ranges x bits x narrow", test_param_sweep},
         {"per-tensor large, threads 1..4", test_large_sizes},
+        {"per-channel nudge vs fq_nudge", test_nudge},
         {"per-channel shapes", test_per_channel},
         {"per-channel large, threads 1..4", test_per_channel_large},
         {"per-channel flat walk, threads 1..4", test_per_channel_flat_walk},
