@@ -209,66 +209,91 @@ static inline grid16 chunk_grid(const float *chunk) {
                     _mm512_loadu_ps(chunk + 16 * FQ_GRID_QUANT_ZERO)};
 }
 
-static void forward_flat(const float *x, float *out, size_t n, const fq_grid_table *grids) {
+/* One vector of the per-channel forward: TF's clamp of x to [nmin, nmax], or, where the table
+   allows it (fq_grid_table), the clamp after scaling, which leaves nudged_max unused: the compiler
+   drops its load, one of five grid loads a vector ([1024, 1024]: 1.27x -> 1.19x per-tensor).
+   `scaled_clamp` is a constant in each caller, which gets a loop of its own. */
+static inline __m512 channel_forward16(__m512 x, const grid16 *q, int scaled_clamp, __m512 clamp_max) {
+    if (!scaled_clamp) return forward_mul16(x, q);
+    const __m512 scaled = _mm512_mul_ps(_mm512_sub_ps(x, q->nudged_min), q->inv_scale);
+    /* min and max return their second operand on NaN: a NaN x stays NaN. */
+    return finish16(_mm512_min_ps(clamp_max, _mm512_max_ps(_mm512_setzero_ps(), scaled)), q);
+}
+
+static inline __attribute__((always_inline)) void forward_flat(const float *x, float *out, size_t n,
+                                                               const fq_grid_table *grids,
+                                                               int scaled_clamp) {
     /* The chunks of the interleaved grid, in order: one pointer that wraps with the period. Four
        vectors a step, loaded before any grid load or store (fq_channel_walk.h has the numbers). */
     const float *chunk = grids->grid, *const end = grids->grid + fq_grid_offset(grids->period, 0);
+    const __m512 clamp_max = _mm512_set1_ps(grids->scaled_clamp_max);
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
         __m512 v[4];
         for (int k = 0; k < 4; ++k) v[k] = _mm512_loadu_ps(x + i + 16 * k);
         for (int k = 0; k < 4; ++k) {
             const grid16 q = chunk_grid(chunk);
-            _mm512_storeu_ps(out + i + 16 * k, forward_mul16(v[k], &q));
+            _mm512_storeu_ps(out + i + 16 * k, channel_forward16(v[k], &q, scaled_clamp, clamp_max));
             chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;
             chunk = chunk == end ? grids->grid : chunk;
         }
     }
     for (; i < n; i += 16) {
         const grid16 q = chunk_grid(chunk);
-        _mm512_storeu_ps(out + i, forward_mul16(_mm512_loadu_ps(x + i), &q));
+        _mm512_storeu_ps(out + i, channel_forward16(_mm512_loadu_ps(x + i), &q, scaled_clamp, clamp_max));
         chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;
         chunk = chunk == end ? grids->grid : chunk;
     }
 }
 
 /* FQ_ROWS_PER_GRID rows, positions [p0, p1), each grid load serving every row. */
-static void forward_rows_sharing_grid(const float *x, float *out, const fq_grid_table *grids,
-                                      size_t p0, size_t p1) {
+static inline __attribute__((always_inline)) void forward_rows_sharing_grid(
+    const float *x, float *out, const fq_grid_table *grids, size_t p0, size_t p1, int scaled_clamp) {
     const size_t period = grids->period;
+    const __m512 clamp_max = _mm512_set1_ps(grids->scaled_clamp_max);
     size_t p = p0;
     for (; p + 16 <= p1; p += 16) {
         const grid16 q = load_grid(grids, p);
         __m512 v[FQ_ROWS_PER_GRID];
         for (int k = 0; k < FQ_ROWS_PER_GRID; ++k) v[k] = _mm512_loadu_ps(x + k * period + p);
         for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
-            _mm512_storeu_ps(out + k * period + p, forward_mul16(v[k], &q));
+            _mm512_storeu_ps(out + k * period + p, channel_forward16(v[k], &q, scaled_clamp, clamp_max));
     }
     for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
         fq_channel_forward_row(x + k * period, out + k * period, grids, p, p1);
 }
 
-static void channel_forward__avx512(const float *x, float *out, size_t rows, const fq_grid_table *t,
-                                    size_t p0, size_t p1) {
-    const fq_grid_table grids = *t; /* a local copy: stores to out cannot change it */
-    const size_t period = grids.period;
+static inline __attribute__((always_inline)) void channel_forward_walk(
+    const float *x, float *out, size_t rows, const fq_grid_table *grids, size_t p0, size_t p1,
+    int scaled_clamp) {
+    const size_t period = grids->period;
     if (fq_channel_forward_is_flat(rows, period, p0, p1)) {
-        forward_flat(x, out, rows * period, &grids);
+        forward_flat(x, out, rows * period, grids, scaled_clamp);
         return;
     }
     size_t r = 0;
     for (; r + FQ_ROWS_PER_GRID <= rows; r += FQ_ROWS_PER_GRID)
-        forward_rows_sharing_grid(x + r * period, out + r * period, &grids, p0, p1);
+        forward_rows_sharing_grid(x + r * period, out + r * period, grids, p0, p1, scaled_clamp);
+    const __m512 clamp_max = _mm512_set1_ps(grids->scaled_clamp_max);
     for (; r < rows; ++r) {
         const float *xr = x + r * period;
         float *outr = out + r * period;
         size_t p = p0;
         for (; p + 16 <= p1; p += 16) {
-            const grid16 q = load_grid(&grids, p);
-            _mm512_storeu_ps(outr + p, forward_mul16(_mm512_loadu_ps(xr + p), &q));
+            const grid16 q = load_grid(grids, p);
+            _mm512_storeu_ps(outr + p, channel_forward16(_mm512_loadu_ps(xr + p), &q, scaled_clamp, clamp_max));
         }
-        fq_channel_forward_row(xr, outr, &grids, p, p1);
+        fq_channel_forward_row(xr, outr, grids, p, p1);
     }
+}
+
+static void channel_forward__avx512(const float *x, float *out, size_t rows, const fq_grid_table *t,
+                                    size_t p0, size_t p1) {
+    const fq_grid_table grids = *t; /* a local copy: stores to out cannot change it */
+    if (grids.scaled_clamp_max > 0.0f)
+        channel_forward_walk(x, out, rows, &grids, p0, p1, 1);
+    else
+        channel_forward_walk(x, out, rows, &grids, p0, p1, 0);
 }
 
 /* Adds 16 products into the float64 accumulators of 16 positions. */

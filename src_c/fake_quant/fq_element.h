@@ -85,14 +85,18 @@ static inline void fq_nudge_positions(const float *min, const float *max, size_t
     }
 }
 
+/* The per-channel forward of x at position p of a period. */
+static inline float fq_channel_element(float x, const fq_grid_table *t, size_t p) {
+    return fq_element_mul(x, *fq_grid_param(t, p, FQ_GRID_NUDGED_MIN),
+                          *fq_grid_param(t, p, FQ_GRID_NUDGED_MAX),
+                          *fq_grid_param(t, p, FQ_GRID_INV_SCALE),
+                          *fq_grid_param(t, p, FQ_GRID_QUANT_ZERO), *fq_grid_param(t, p, FQ_GRID_SCALE));
+}
+
 /* Positions [p0, p1) of one row of a per-channel forward. */
 static inline void fq_channel_forward_row(const float *x, float *out, const fq_grid_table *t,
                                           size_t p0, size_t p1) {
-    for (size_t p = p0; p < p1; ++p)
-        out[p] = fq_element_mul(x[p], *fq_grid_param(t, p, FQ_GRID_NUDGED_MIN),
-                                *fq_grid_param(t, p, FQ_GRID_NUDGED_MAX),
-                                *fq_grid_param(t, p, FQ_GRID_INV_SCALE),
-                                *fq_grid_param(t, p, FQ_GRID_QUANT_ZERO), *fq_grid_param(t, p, FQ_GRID_SCALE));
+    for (size_t p = p0; p < p1; ++p) out[p] = fq_channel_element(x[p], t, p);
 }
 
 #endif

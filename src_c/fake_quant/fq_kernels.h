@@ -41,6 +41,11 @@ enum {
 typedef struct {
     size_t period;
     const float *grid;
+    /* When > 0, every channel of the table gives TF's bits with the clamp taken after scaling:
+       min(scaled_clamp_max, max(0, (x - nmin) * inv_scale)) in place of (clamp(x) - nmin) *
+       inv_scale, which needs no nudged_max (one grid load fewer per vector); fq_api.c says why
+       that is exact. Kernels may ignore it. */
+    float scaled_clamp_max;
 } fq_grid_table;
 
 /* Where parameter `param` of position p is stored; the following positions of its chunk follow. */
