@@ -9,6 +9,7 @@
 #define BN_ISA avx2
 #define BN_W 8
 #define BN_STRIP_VECTORS 2
+#define BN_PASS_REG_VECTORS 2
 
 typedef __m256 bn_vf;
 typedef __m256d bn_vd;

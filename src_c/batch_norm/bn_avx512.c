@@ -9,6 +9,7 @@
 #define BN_ISA avx512
 #define BN_W 16
 #define BN_STRIP_VECTORS 4
+#define BN_PASS_REG_VECTORS 4
 
 typedef __m512 bn_vf;
 typedef __m512d bn_vd;

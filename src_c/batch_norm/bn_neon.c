@@ -19,6 +19,7 @@
 #define BN_ISA neon
 #define BN_W 4
 #define BN_STRIP_VECTORS 4
+#define BN_PASS_REG_VECTORS 4
 
 typedef float32x4_t bn_vf;
 typedef float64x2_t bn_vd;
