@@ -21,8 +21,8 @@
 /* Channel counts are padded to a period that fills whole vectors when that stays this short. */
 #define FQ_CHANNEL_MAX_PADDED_PERIOD ((size_t)4096)
 
-static const fq_fake_quant_kernels *active_kernels(void) {
-    switch (fq_get_isa()) {
+const fq_fake_quant_kernels *fq_fake_quant_kernels_for(fq_isa isa) {
+    switch (isa) {
 #ifdef FQ_BUILD_AVX2
     case FQ_ISA_AVX2: return &fq_fake_quant__avx2;
 #endif
@@ -35,6 +35,8 @@ static const fq_fake_quant_kernels *active_kernels(void) {
     default: return &fq_fake_quant__scalar;
     }
 }
+
+static const fq_fake_quant_kernels *active_kernels(void) { return fq_fake_quant_kernels_for(fq_get_isa()); }
 
 static fq_status check_common(size_t n, int num_bits, const void *a, const void *b, const void *c) {
     if (num_bits < 2 || num_bits > 16) return FQ_ERR_NUM_BITS;

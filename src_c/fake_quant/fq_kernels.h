@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "../include/fqcore.h"
+
 /* The per-tensor quantization grid after TF's nudge (all float32, rounded as the spec says). */
 typedef struct {
     float nudged_min;
@@ -89,6 +91,9 @@ extern const fq_fake_quant_kernels fq_fake_quant__scalar;
 extern const fq_fake_quant_kernels fq_fake_quant__avx2;
 extern const fq_fake_quant_kernels fq_fake_quant__avx512;
 extern const fq_fake_quant_kernels fq_fake_quant__neon;
+
+/* The kernels of `isa` (the scalar ones for an ISA this build lacks). */
+const fq_fake_quant_kernels *fq_fake_quant_kernels_for(fq_isa isa);
 
 /* TF's quantized range [quant_min, quant_max] for num_bits and narrow_range. */
 static inline float fq_quant_min(int narrow_range) { return narrow_range ? 1.0f : 0.0f; }

@@ -1018,21 +1018,6 @@ static void test_per_channel_flat_walk(void) {
 
 /* ---------------- the per-channel nudge ---------------- */
 
-static const fq_fake_quant_kernels *kernels_of(fq_isa isa) {
-    switch (isa) {
-#ifdef FQ_BUILD_AVX2
-    case FQ_ISA_AVX2: return &fq_fake_quant__avx2;
-#endif
-#ifdef FQ_BUILD_AVX512
-    case FQ_ISA_AVX512: return &fq_fake_quant__avx512;
-#endif
-#ifdef FQ_BUILD_NEON
-    case FQ_ISA_NEON: return &fq_fake_quant__neon;
-#endif
-    default: return &fq_fake_quant__scalar;
-    }
-}
-
 /* Each ISA's nudge_channels against fq_nudge on the same ranges, every parameter bit for bit (NaN
    bits included), under the flush-to-zero the entry points switch to. */
 static void check_nudge(const float *mins, const float *maxs, size_t channels, int bits, int narrow) {
@@ -1040,7 +1025,7 @@ static void check_nudge(const float *mins, const float *maxs, size_t channels, i
     float *grid = malloc(floats * sizeof(float));
     for (int i = 0; i < n_isas; ++i) {
         const fq_fpenv saved = fq_fpenv_enter();
-        kernels_of(isas[i])->nudge_channels(mins, maxs, channels, bits, narrow, grid);
+        fq_fake_quant_kernels_for(isas[i])->nudge_channels(mins, maxs, channels, bits, narrow, grid);
         fq_fpenv_leave(saved);
         for (size_t c = 0; c < channels; ++c) {
             fq_grid want;
