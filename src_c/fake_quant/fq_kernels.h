@@ -2,6 +2,8 @@
 #ifndef FQ_KERNELS_H
 #define FQ_KERNELS_H
 
+#include <float.h>
+#include <math.h>
 #include <stddef.h>
 
 #include "../include/fqcore.h"
@@ -101,8 +103,11 @@ static inline float fq_quant_max(int num_bits) { return (float)((1 << num_bits) 
 
 /* TF's Nudge for one range; quant_min/quant_max from num_bits and narrow_range. */
 void fq_nudge(float min, float max, int num_bits, int narrow_range, fq_grid *grid);
-/* 1 when min == max == 0 after flushing denormals: TF's "all zeros" short cut. */
-int fq_range_is_zero(float min, float max);
+/* 1 when min == max == 0 after flushing denormals: TF's "all zeros" short cut. Written with
+   magnitudes, it needs no flush-to-zero mode, so it can be inline (and vectorized in a loop). */
+static inline int fq_range_is_zero(float min, float max) {
+    return fabsf(min) < FLT_MIN && fabsf(max) < FLT_MIN;
+}
 /* 1 when min < max after flushing denormals (false for NaN). */
 int fq_range_is_ordered(float min, float max);
 

@@ -29,6 +29,4 @@ void fq_nudge(float min, float max, int num_bits, int narrow_range, fq_grid *gri
     grid->quant_zero = floorf(0.5f - grid->nudged_min * inv_scale);
 }
 
-int fq_range_is_zero(float min, float max) { return min == 0.0f && max == 0.0f; }
-
 int fq_range_is_ordered(float min, float max) { return min < max; }
