@@ -17,8 +17,10 @@ FusedBatchNormGradV3 = namedtuple(
 
 # data_format -> (rank, channels last?)
 _FORMATS = {"NHWC": (4, True), "NCHW": (4, False), "NDHWC": (5, True), "NCDHW": (5, False)}
-# Element types by name, with the code the C API knows them by; bfloat16 is ml_dtypes' dtype.
-_DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+# Element types with the code the C API knows them by. bfloat16 is ml_dtypes' dtype, known by its
+# name (ml_dtypes is optional); the others by dtype, as dtype.name takes microseconds to build.
+_DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}
+_BFLOAT16_CODE = 2
 
 
 def _layout(data_format, x):
@@ -43,7 +45,9 @@ def _elements(value, name):
             raise TypeError(f"{name} must be a float32, float16 or bfloat16 array, got {type(value).__name__}")
         value = _array(value, name)
     dtype = value.dtype
-    code = _DTYPE_CODES.get(dtype.name)
+    code = _DTYPE_CODES.get(dtype)
+    if code is None and dtype.name == "bfloat16":
+        code = _BFLOAT16_CODE
     if code is None or not dtype.isnative:
         raise TypeError(f"{name} must be a float32, float16 or bfloat16 array (native byte order), "
                         f"got dtype {dtype}")
