@@ -6,7 +6,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _kernels
-from .ops import _array, _attr_float, _flag
+from .ops import _array, _attr_float, _flag, _kernel_form
 
 FusedBatchNormV3 = namedtuple(
     "FusedBatchNormV3",
@@ -51,7 +51,7 @@ def _elements(value, name):
     if code is None or not dtype.isnative:
         raise TypeError(f"{name} must be a float32, float16 or bfloat16 array (native byte order), "
                         f"got dtype {dtype}")
-    return _contiguous(value), code
+    return _kernel_form(value), code
 
 
 def _bytes(array):
@@ -68,13 +68,7 @@ def _per_channel(value, name, channels, required=True):
     if array.ndim != 1 or array.shape[0] != channels:
         raise ValueError(f"{name} must have the same number of elements as the channels of x, "
                          f"got {array.size if array.ndim == 1 else array.shape} and {channels}")
-    return _contiguous(array)
-
-
-def _contiguous(array):
-    """A C-contiguous, aligned array: np.ascontiguousarray keeps a misaligned buffer as it is, and C
-    may assume float pointers are aligned."""
-    return np.ascontiguousarray(array) if array.flags.aligned else array.copy()
+    return _kernel_form(array)
 
 
 def _empty_vector():
