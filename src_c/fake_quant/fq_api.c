@@ -396,7 +396,8 @@ fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t c
     if (status == FQ_OK) {
         const size_t period = s.table.period, head = aligning_head(out, n, period);
         const size_t rows = (n - head) / period, rest = (n - head) % period;
-        s.table.scaled_clamp_max = scaled_clamp_max(s.grid, channels, s.zero_channel, num_bits, narrow_range);
+        if (k->uses_scaled_clamp)
+            s.table.scaled_clamp_max = scaled_clamp_max(s.grid, channels, s.zero_channel, num_bits, narrow_range);
         if (head > 0) rotate_grids(s.grid, period, head);
         /* Element j < head is at position j of the period: position period - head + j of the
            rotated table. */

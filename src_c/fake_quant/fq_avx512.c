@@ -486,5 +486,5 @@ static void nudge_channels__avx512(const float *min, const float *max, size_t ch
 const fq_fake_quant_kernels fq_fake_quant__avx512 = {
     forward_mul__avx512,     forward_div__avx512,       mask__avx512,
     mask_sums__avx512,       channel_forward__avx512,   channel_mask_sums__avx512,
-    nudge_channels__avx512,
+    nudge_channels__avx512,   1,
 };

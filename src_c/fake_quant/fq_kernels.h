@@ -48,7 +48,7 @@ typedef struct {
     /* When > 0, every channel of the table gives TF's bits with the clamp taken after scaling:
        min(scaled_clamp_max, max(0, (x - nmin) * inv_scale)) in place of (clamp(x) - nmin) *
        inv_scale, which needs no nudged_max (one grid load fewer per vector); fq_api.c says why
-       that is exact. Kernels may ignore it. */
+       that is exact. 0 for kernels that do not use it (uses_scaled_clamp). */
     float scaled_clamp_max;
 } fq_grid_table;
 
@@ -87,6 +87,9 @@ typedef struct {
        storage `grid` (bit for bit what fq_nudge gives, NaN bits included). */
     void (*nudge_channels)(const float *min, const float *max, size_t channels, int num_bits,
                            int narrow_range, float *grid);
+    /* 1 when channel_forward reads fq_grid_table.scaled_clamp_max (the entry point then checks
+       every channel for it; for other kernels that check would be wasted). */
+    int uses_scaled_clamp;
 } fq_fake_quant_kernels;
 
 extern const fq_fake_quant_kernels fq_fake_quant__scalar;
