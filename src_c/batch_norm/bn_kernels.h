@@ -64,17 +64,20 @@ static inline fq_bn_table fq_bn_table_of_run(const fq_bn_table *t, size_t j, siz
    Every kernel moves its tables (per-position values and accumulators) on by table_stride entries
    from one run to the next: 0 when all runs share them. The elementwise tables hold
    period + FQ_BN_LANES entries, the last ones repeating the first, so a vector may cross the end
-   of a period; `stream` asks for float32 output to bypass the caches (it is too large to stay). */
+   of a period; `stream` asks for float32 output to bypass the caches (it is too large to stay).
+   The sums may prefetch (never read) the `readable_after` elements that follow the last run: a
+   caller that splits one array into consecutive calls lets each call fetch the next one's start. */
 typedef struct {
     /* a = (double)x - shift[p]; sum[p] += a; sum_sq[p] = fma(a, a, sum_sq[p]) (fused: one
        rounding, on every ISA). */
     void (*moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride, size_t count,
                     size_t period, const double *shift, double *sum, double *sum_sq,
-                    size_t table_stride);
+                    size_t table_stride, size_t readable_after);
     /* a = (double)x - mean[p]; d = (double)dy; sum_dy[p] += d; sum_dy_xc[p] = fma(d, a, ...). */
     void (*grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                       size_t run_stride, size_t count, size_t period, const double *mean,
-                      double *sum_dy, double *sum_dy_xc, size_t table_stride);
+                      double *sum_dy, double *sum_dy_xc, size_t table_stride,
+                      size_t readable_after);
     /* y = fq_bn_normalize_one(x, a[p], b[p], c[p], d[p]). */
     void (*normalize)(const void *x, void *y, fq_dtype dtype, size_t runs, size_t run_stride,
                       size_t count, size_t period, const fq_bn_table *table, size_t table_stride,

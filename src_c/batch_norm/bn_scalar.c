@@ -6,7 +6,8 @@
 
 static void moments__scalar(const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
                             size_t count, size_t period, const double *shift, double *sum,
-                            double *sum_sq, size_t table_stride) {
+                            double *sum_sq, size_t table_stride, size_t readable_after) {
+    (void)readable_after;
     for (size_t j = 0; j < runs; ++j) {
         const size_t t = j * table_stride;
         for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
@@ -20,7 +21,9 @@ static void moments__scalar(const void *x, fq_dtype dtype, size_t runs, size_t r
 
 static void grad_sums__scalar(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                               size_t run_stride, size_t count, size_t period, const double *mean,
-                              double *sum_dy, double *sum_dy_xc, size_t table_stride) {
+                              double *sum_dy, double *sum_dy_xc, size_t table_stride,
+                              size_t readable_after) {
+    (void)readable_after;
     for (size_t j = 0; j < runs; ++j) {
         const size_t t = j * table_stride;
         for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {

@@ -115,12 +115,16 @@ BN_INLINE void sums_partial(const void *dy, const void *x, fq_dtype dtype, size_
 }
 #endif
 
-/* A period wider than one strip is walked strip by strip down all the rows of a call, prefetching
-   BN_PREFETCH_ROWS rows ahead; except for the gradient sums (two inputs) of a call larger than
-   BN_STRIDED_GRADIENT_MAX elements, which go row by row: measured on Zen 4, their strided walk over
-   two arrays stalls once the data is beyond L2. (Either way each position adds its rows in order.) */
-#define BN_PREFETCH_ROWS ((size_t)8)
-#define BN_STRIDED_GRADIENT_MAX ((size_t)32768)
+/* A period wider than one strip is walked in groups of BN_GROUP_ROWS rows: each strip adds the
+   group's rows with its accumulators in registers, then the next strip takes the same rows. Column
+   by column, a group's lines are read out of order, which the hardware prefetchers do not follow;
+   so each strip step asks for the next group's lines, in memory order (step s of the group's
+   strip-major walk fetches the next group's s-th slice of that strip's width). Measured on Zen 4,
+   period 256, 3.2M float32 elements: gradient sums 1.20 -> 0.69 ms, moments 0.59 -> 0.38 ms; row
+   by row (accumulators loaded and stored for every row) the sums were bound by those stores, and
+   whole calls walked strip by strip stalled once the data was beyond L2. (Either way each position
+   adds its rows in order.) */
+#define BN_GROUP_ROWS ((size_t)32)
 
 /* BN_W elements at i as two float64 vectors. */
 BN_INLINE void widen(const void *base, size_t i, fq_dtype dtype, bn_vd *lo, bn_vd *hi) {
@@ -136,27 +140,25 @@ BN_INLINE void widen(const void *base, size_t i, fq_dtype dtype, bn_vd *lo, bn_v
 
 /* With dy == NULL the moments of x about center, else the sums of dy and dy * (x - center), over
    `rows` periods from element `base`, for the positions [p, p + vectors * BN_W). The strip's
-   accumulators stay in registers while it walks the rows. */
+   accumulators stay in registers while it walks the rows; each row prefetches one strip width of
+   bytes from prefetch_x (and prefetch_dy), one after the other (NULL: none). */
 BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t base, size_t rows,
                           size_t period, size_t p, const double *center, double *sum_a,
-                          double *sum_b, const int vectors) {
+                          double *sum_b, const char *prefetch_x, const char *prefetch_dy,
+                          const int vectors) {
     bn_vd c[2 * BN_STRIP_VECTORS], a[2 * BN_STRIP_VECTORS], b[2 * BN_STRIP_VECTORS];
     for (int h = 0; h < 2 * vectors; ++h) {
         c[h] = bn_load_d(center + p + (size_t)h * (BN_W / 2));
         a[h] = bn_load_d(sum_a + p + (size_t)h * (BN_W / 2));
         b[h] = bn_load_d(sum_b + p + (size_t)h * (BN_W / 2));
     }
-    const size_t size = fq_dtype_size(dtype);
-    const int vectors_a_line = 64 / (BN_W * (int)size) > 0 ? 64 / (BN_W * (int)size) : 1;
+    const size_t step = (size_t)vectors * BN_W * fq_dtype_size(dtype);
     for (size_t r = 0; r < rows; ++r) {
         const size_t i = base + r * period + p;
-        /* A strip narrower than its period reads rows a period apart, which the hardware
-           prefetchers do not follow: ask for the strip's lines some rows ahead. */
-        if (period > (size_t)vectors * BN_W && r + BN_PREFETCH_ROWS < rows) {
-            const size_t ahead = (i + BN_PREFETCH_ROWS * period) * size;
-            for (int v = 0; v < vectors; v += vectors_a_line) {
-                __builtin_prefetch((const char *)x + ahead + (size_t)v * BN_W * size);
-                if (dy != NULL) __builtin_prefetch((const char *)dy + ahead + (size_t)v * BN_W * size);
+        if (prefetch_x != NULL) {
+            for (size_t line = 0; line < step; line += 64) {
+                __builtin_prefetch(prefetch_x + r * step + line);
+                if (prefetch_dy != NULL) __builtin_prefetch(prefetch_dy + r * step + line);
             }
         }
         for (int v = 0; v < vectors; ++v) {
@@ -185,22 +187,29 @@ BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t 
 }
 
 /* Strips as wide as the registers allow over `rows` periods; returns the first position left for
-   the scalar formula (past the last whole vector of the period). */
+   the scalar formula (past the last whole vector of the period). next_x / next_dy: where the next
+   group of `rows` periods starts (NULL: none to fetch); the strip at position p fetches from
+   p * rows elements past it, one strip width a row, so the strips' walk covers the next group
+   once, in memory order. */
 BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size_t base, size_t rows,
-                             size_t period, const double *center, double *sum_a, double *sum_b) {
+                             size_t period, const double *center, double *sum_a, double *sum_b,
+                             const char *next_x, const char *next_dy) {
+    const size_t size = fq_dtype_size(dtype);
     size_t p = 0;
     while (p + BN_W <= period) {
         const size_t left = (period - p) / BN_W;
         const size_t vectors = left < BN_STRIP_VECTORS ? left : BN_STRIP_VECTORS;
+        const char *prefetch_x = next_x == NULL ? NULL : next_x + p * rows * size;
+        const char *prefetch_dy = next_dy == NULL ? NULL : next_dy + p * rows * size;
         switch (vectors) {
 #if BN_STRIP_VECTORS >= 4
-        case 4: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, 4); break;
+        case 4: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, prefetch_x, prefetch_dy, 4); break;
 #endif
 #if BN_STRIP_VECTORS >= 3
-        case 3: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, 3); break;
+        case 3: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, prefetch_x, prefetch_dy, 3); break;
 #endif
-        case 2: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, 2); break;
-        default: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, 1); break;
+        case 2: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, prefetch_x, prefetch_dy, 2); break;
+        default: sums_strip(dy, x, dtype, base, rows, period, p, center, sum_a, sum_b, prefetch_x, prefetch_dy, 1); break;
         }
         p += vectors * BN_W;
     }
@@ -209,10 +218,10 @@ BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size
 
 BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                          size_t run_stride, size_t count, size_t period, const double *center,
-                         double *sum_a, double *sum_b, size_t table_stride) {
+                         double *sum_a, double *sum_b, size_t table_stride, size_t readable_after) {
     const size_t rows = count / period;
-    const int wide = period > BN_STRIP_VECTORS * BN_W;
-    const size_t group = wide && dy != NULL && runs * count > BN_STRIDED_GRADIENT_MAX ? 1 : rows + 1;
+    const size_t group = period > BN_STRIP_VECTORS * BN_W ? BN_GROUP_ROWS : rows + 1;
+    const size_t size = fq_dtype_size(dtype);
     for (size_t j = 0; j < runs; ++j) {
         const size_t run = j * run_stride, t = j * table_stride;
         const double *c = center + t;
@@ -220,7 +229,14 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
         for (size_t r0 = 0; r0 < rows; r0 += group) {
             const size_t g = rows - r0 < group ? rows - r0 : group;
             const size_t first = run + r0 * period;
-            const size_t rest = sums_strips(dy, x, dtype, first, g, period, c, a, b);
+            /* Only a whole next group is fetched ahead, within the run or what may follow the
+               last one (whole periods follow a run of whole periods). */
+            const size_t after = j + 1 == runs && rows * period == count ? readable_after : 0;
+            const int ahead = (r0 + 2 * group) * period <= rows * period + after;
+            const size_t next = (first + g * period) * size;
+            const size_t rest = sums_strips(dy, x, dtype, first, g, period, c, a, b,
+                                            ahead ? (const char *)x + next : NULL,
+                                            ahead && dy != NULL ? (const char *)dy + next : NULL);
             for (size_t r = 0; rest < period && r < g; ++r)
                 for (size_t q = rest; q < period; ++q)
                     sums_one(dy, x, dtype, first + r * period + q, q, c, a, b);
@@ -389,19 +405,19 @@ BN_INLINE void pass_body(fq_bn_pass pass, const void *dy, const void *x, void *o
 
 static void BN_NAME(moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
                              size_t count, size_t period, const double *shift, double *sum,
-                             double *sum_sq, size_t ts) {
-    BN_BY_DTYPE(sums_body(NULL, x, FQ_DTYPE_F32, runs, run_stride, count, period, shift, sum, sum_sq, ts),
-                sums_body(NULL, x, FQ_DTYPE_F16, runs, run_stride, count, period, shift, sum, sum_sq, ts),
-                sums_body(NULL, x, FQ_DTYPE_BF16, runs, run_stride, count, period, shift, sum, sum_sq, ts))
+                             double *sum_sq, size_t ts, size_t after) {
+    BN_BY_DTYPE(sums_body(NULL, x, FQ_DTYPE_F32, runs, run_stride, count, period, shift, sum, sum_sq, ts, after),
+                sums_body(NULL, x, FQ_DTYPE_F16, runs, run_stride, count, period, shift, sum, sum_sq, ts, after),
+                sums_body(NULL, x, FQ_DTYPE_BF16, runs, run_stride, count, period, shift, sum, sum_sq, ts, after))
 }
 
 static void BN_NAME(grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                                size_t run_stride, size_t count, size_t period, const double *mean,
-                               double *sum_dy, double *sum_dy_xc, size_t ts) {
+                               double *sum_dy, double *sum_dy_xc, size_t ts, size_t after) {
     BN_BY_DTYPE(
-        sums_body(dy, x, FQ_DTYPE_F32, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts),
-        sums_body(dy, x, FQ_DTYPE_F16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts),
-        sums_body(dy, x, FQ_DTYPE_BF16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts))
+        sums_body(dy, x, FQ_DTYPE_F32, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after),
+        sums_body(dy, x, FQ_DTYPE_F16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after),
+        sums_body(dy, x, FQ_DTYPE_BF16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after))
 }
 
 #define BN_PASS(pass, dy, x, out)                                                            \

@@ -74,14 +74,15 @@ typedef struct {
 
 static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run_stride,
                       size_t count, size_t period, const double *center, double *a, double *b,
-                      size_t table_stride) {
+                      size_t table_stride, size_t readable_after) {
     const fq_bn_walk *w = job->walk;
     const char *x = at(job->x, first, w->element_size);
     if (job->dy == NULL) {
-        w->kernels->moments(x, w->dtype, runs, run_stride, count, period, center, a, b, table_stride);
+        w->kernels->moments(x, w->dtype, runs, run_stride, count, period, center, a, b, table_stride,
+                            readable_after);
     } else {
         w->kernels->grad_sums(at(job->dy, first, w->element_size), x, w->dtype, runs, run_stride,
-                              count, period, center, a, b, table_stride);
+                              count, period, center, a, b, table_stride, readable_after);
     }
 }
 
@@ -93,7 +94,9 @@ static void sums_last_item(void *context, size_t block) {
     double *a = job->partials + 2 * job->period * block;
     double *b = a + job->period;
     for (size_t p = 0; p < 2 * job->period; ++p) a[p] = 0.0;
-    sums_call(job, first, 1, 0, end - first, job->period, job->center, a, b, 0);
+    /* The block may fetch the start of the next one ahead (on one thread, that comes next). */
+    sums_call(job, first, 1, 0, end - first, job->period, job->center, a, b, 0,
+              job->walk->count - end);
 }
 
 /* Lane l of a channel takes the elements l, l + 16, ... of each of its runs, batch after batch.
@@ -106,7 +109,7 @@ static void sums_first_item(void *context, size_t item) {
     double *a = job->partials + FQ_BN_LANES * c0, *b = a + lanes;
     for (size_t n = 0; n < s->outer; ++n)
         sums_call(job, (n * s->channels + c0) * s->inner, c1 - c0, s->inner, s->inner, FQ_BN_LANES,
-                  job->center + FQ_BN_LANES * c0, a, b, FQ_BN_LANES);
+                  job->center + FQ_BN_LANES * c0, a, b, FQ_BN_LANES, 0);
 }
 
 static fq_status sums_first(sums_job *job, const double *center, double *sum_a, double *sum_b) {
