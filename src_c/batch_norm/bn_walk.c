@@ -154,16 +154,21 @@ static fq_status sums_last(sums_job *job, const double *center, double *sum_a, d
     job->center = center_by_position;
     job->partials = scratch;
     fq_parallel_for(fq_runtime_threads_for(w->count, job->blocks), job->blocks, sums_last_item, job);
-    for (size_t c = 0; c < channels; ++c) sum_a[c] = sum_b[c] = 0.0;
-    /* Blocks in index order for each position, then the positions of each channel in order. */
-    for (size_t p = 0; p < job->period; ++p) {
-        double total_a = 0.0, total_b = 0.0;
-        for (size_t block = 0; block < job->blocks; ++block) {
-            total_a += scratch[2 * job->period * block + p];
-            total_b += scratch[2 * job->period * block + job->period + p];
+    /* Blocks in index order for each position (into block 0's partials, walking each block's
+       partials in memory order: position by position, the walk jumped a block's size at every
+       step), then the positions of each channel in order. */
+    double *total_a = scratch, *total_b = scratch + job->period;
+    for (size_t block = 1; block < job->blocks; ++block) {
+        const double *a = scratch + 2 * job->period * block, *b = a + job->period;
+        for (size_t p = 0; p < job->period; ++p) {
+            total_a[p] += a[p];
+            total_b[p] += b[p];
         }
-        sum_a[p % channels] += total_a;
-        sum_b[p % channels] += total_b;
+    }
+    for (size_t c = 0; c < channels; ++c) sum_a[c] = sum_b[c] = 0.0;
+    for (size_t p = 0; p < job->period; ++p) {
+        sum_a[p % channels] += total_a[p];
+        sum_b[p % channels] += total_b[p];
     }
     free(scratch);
     return FQ_OK;
