@@ -58,6 +58,9 @@ static inline void bn_store_d(double *p, bn_vd v) { vst1q_f64(p, v); }
 static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return vaddq_f64(a, b); }
 static inline bn_vd bn_sub_d(bn_vd a, bn_vd b) { return vsubq_f64(a, b); }
 static inline bn_vd bn_fma_d(bn_vd a, bn_vd b, bn_vd c) { return vfmaq_f64(c, a, b); }
+/* NEON has no a * b - c that keeps a NaN c's sign, and its adds and FMAs share pipes anyway. */
+static inline bn_vd bn_add_d_on_fma(bn_vd a, bn_vd b) { return bn_add_d(a, b); }
+static inline bn_vd bn_sub_d_on_fma(bn_vd a, bn_vd b) { return bn_sub_d(a, b); }
 /* A plain store: AArch64's non-temporal STNP is only a hint, and an asm statement for it would keep
    the compiler from scheduling the loop's other loads and stores around it. */
 #define BN_STREAM_ALIGN 16
