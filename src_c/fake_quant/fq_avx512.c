@@ -36,6 +36,16 @@ static inline __m512 finish16(__m512 scaled, const grid16 *q) {
     return _mm512_mul_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), q->scale);
 }
 
+/* finish16 with its subtraction and addition issued as scaled * 1 - quant_zero and t * 1 + 0.5:
+   the same roundings, on the FMA pipes. The per-channel forward with the scaled clamp leaves those
+   pipes idle while the others queue ([512, 128] float32 on Zen 4: 7.8 -> 6.4 us); the per-tensor
+   loop, bound by all its operations together, was slower this way (7.0 -> 7.7 us). */
+static inline __m512 finish16_on_fma(__m512 scaled, const grid16 *q) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 t = _mm512_fmadd_ps(_mm512_fmsub_ps(scaled, one, q->quant_zero), one, _mm512_set1_ps(0.5f));
+    return _mm512_mul_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), q->scale);
+}
+
 static inline __m512 forward_mul16(__m512 x, const grid16 *q) {
     return finish16(_mm512_mul_ps(shifted16(x, q), q->inv_scale), q);
 }
@@ -217,7 +227,7 @@ static inline __m512 channel_forward16(__m512 x, const grid16 *q, int scaled_cla
     if (!scaled_clamp) return forward_mul16(x, q);
     const __m512 scaled = _mm512_mul_ps(_mm512_sub_ps(x, q->nudged_min), q->inv_scale);
     /* min and max return their second operand on NaN: a NaN x stays NaN. */
-    return finish16(_mm512_min_ps(clamp_max, _mm512_max_ps(_mm512_setzero_ps(), scaled)), q);
+    return finish16_on_fma(_mm512_min_ps(clamp_max, _mm512_max_ps(_mm512_setzero_ps(), scaled)), q);
 }
 
 static inline __attribute__((always_inline)) void forward_flat(const float *x, float *out, size_t n,
