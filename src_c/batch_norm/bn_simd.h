@@ -13,8 +13,8 @@
      bn_load_d, bn_store_d, bn_add_d, bn_sub_d, bn_fma_d (a * b + c, rounded once)
      bn_add_d_on_fma, bn_sub_d_on_fma
                            a + b and a - b, rounded once as bn_add_d / bn_sub_d round them (NaNs
-                           included), issued where the ISA is best served: x86 as a * 1 +/- b on
-                           the FMA units (for the sums, below)
+                           included), issued where the ISA is best served: AVX-512 as a * 1 +/- b
+                           on the FMA units (for the sums, below)
      BN_HAS_PARTIAL        optional: bn_load_partial_f32/f16/bf16(p, n) and
                            bn_store_partial_f32/f16/bf16(p, n, v) for the first n < BN_W lanes;
                            bn_add_d_n(acc, v, n), bn_fma_d_n(a, b, acc, n): the operation in the
@@ -168,10 +168,11 @@ BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t 
         for (int v = 0; v < vectors; ++v) {
             bn_vd lo, hi, glo, ghi;
             widen(x, i + (size_t)v * BN_W, dtype, &lo, &hi);
-            /* Zen 4 runs the float64 conversions, additions and subtractions on two pipes and
-               the FMAs on two others: issuing the subtractions (and the gradient's additions)
-               as FMAs balances them (L2-resident, period 64: moments 6.7 -> 6.1 us, gradient
-               sums 9.8 -> 8.4 us for 64K elements; a moments addition on the FMAs was slower). */
+            /* On Zen 4 (AVX-512) the float64 conversions, additions and subtractions appear to
+               queue on two pipes while the FMA pipes idle: issuing the subtractions (and the
+               gradient's additions) as FMAs measured faster (L2-resident, period 64: moments
+               6.7 -> 6.1 us, gradient sums 9.8 -> 8.4 us for 64K elements; a moments addition
+               on the FMAs was slower). */
             lo = bn_sub_d_on_fma(lo, c[2 * v]);
             hi = bn_sub_d_on_fma(hi, c[2 * v + 1]);
             if (dy == NULL) {
