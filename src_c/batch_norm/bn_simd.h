@@ -94,30 +94,93 @@ BN_INLINE void sums_one(const void *dy, const void *x, fq_dtype dtype, size_t i,
     }
 }
 
-#ifdef BN_HAS_PARTIAL
-/* Lanes [0, n) of the vector at element i, position p, added into the accumulators in memory with
-   the scalar formula's operations; the other lanes are left alone. */
-BN_INLINE void sums_partial(const void *dy, const void *x, fq_dtype dtype, size_t i, size_t n,
-                            size_t p, const double *center, double *sum_a, double *sum_b) {
-    const size_t low = n < BN_W / 2 ? n : BN_W / 2, high = n - low;
-    const bn_vf xv = bn_load_n(x, i, n, dtype);
-    const bn_vd lo = bn_sub_d(bn_low_d(xv), bn_load_d(center + p));
-    const bn_vd hi = bn_sub_d(bn_high_d(xv), bn_load_d(center + p + BN_W / 2));
-    bn_vd glo = lo, ghi = hi;
-    if (dy != NULL) {
-        const bn_vf gv = bn_load_n(dy, i, n, dtype);
-        glo = bn_low_d(gv);
-        ghi = bn_high_d(gv);
-    }
-    double *a = sum_a + p, *b = sum_b + p;
-    bn_store_d(a, bn_add_d_n(bn_load_d(a), glo, low));
-    bn_store_d(b, bn_fma_d_n(glo, lo, bn_load_d(b), low));
-    if (high > 0) {
-        bn_store_d(a + BN_W / 2, bn_add_d_n(bn_load_d(a + BN_W / 2), ghi, high));
-        bn_store_d(b + BN_W / 2, bn_fma_d_n(ghi, hi, bn_load_d(b + BN_W / 2), high));
+/* BN_W elements at i as two float64 vectors. */
+BN_INLINE void widen(const void *base, size_t i, fq_dtype dtype, bn_vd *lo, bn_vd *hi) {
+    if (dtype == FQ_DTYPE_F32) {
+        *lo = bn_load_f32_d((const float *)base + i);
+        *hi = bn_load_f32_d((const float *)base + i + BN_W / 2);
+    } else {
+        const bn_vf v = bn_load(base, i, dtype);
+        *lo = bn_low_d(v);
+        *hi = bn_high_d(v);
     }
 }
+
+/* The elements [i, i + n) of a vector (n <= BN_W; n < BN_W needs BN_HAS_PARTIAL) added into the
+   float64 accumulators a[0..1], b[0..1] of their positions, whose centers are c[0..1], with the
+   scalar formula's operations; lanes past n are left alone (and their memory is not read). */
+BN_INLINE void sums_vector(const void *dy, const void *x, fq_dtype dtype, size_t i, size_t n,
+                           const bn_vd *c, bn_vd *a, bn_vd *b) {
+    bn_vd lo, hi, glo, ghi;
+#ifdef BN_HAS_PARTIAL
+    if (n < BN_W) {
+        const size_t low = n < BN_W / 2 ? n : BN_W / 2;
+        const bn_vf xv = bn_load_n(x, i, n, dtype);
+        lo = bn_sub_d(bn_low_d(xv), c[0]);
+        hi = bn_sub_d(bn_high_d(xv), c[1]);
+        glo = lo;
+        ghi = hi;
+        if (dy != NULL) {
+            const bn_vf gv = bn_load_n(dy, i, n, dtype);
+            glo = bn_low_d(gv);
+            ghi = bn_high_d(gv);
+        }
+        a[0] = bn_add_d_n(a[0], glo, low);
+        b[0] = bn_fma_d_n(glo, lo, b[0], low);
+        if (n > BN_W / 2) {
+            a[1] = bn_add_d_n(a[1], ghi, n - low);
+            b[1] = bn_fma_d_n(ghi, hi, b[1], n - low);
+        }
+        return;
+    }
 #endif
+    (void)n;
+    widen(x, i, dtype, &lo, &hi);
+    /* On Zen 4 (AVX-512) the float64 conversions, additions and subtractions appear to queue on
+       two pipes while the FMA pipes idle: issuing the subtractions (and the gradient's additions)
+       as FMAs measured faster (L2-resident, period 64: moments 6.7 -> 6.1 us, gradient sums
+       9.8 -> 8.4 us for 64K elements; a moments addition on the FMAs was slower). */
+    lo = bn_sub_d_on_fma(lo, c[0]);
+    hi = bn_sub_d_on_fma(hi, c[1]);
+    if (dy == NULL) {
+        a[0] = bn_add_d(a[0], lo);
+        a[1] = bn_add_d(a[1], hi);
+        b[0] = bn_fma_d(lo, lo, b[0]);
+        b[1] = bn_fma_d(hi, hi, b[1]);
+    } else {
+        widen(dy, i, dtype, &glo, &ghi);
+        a[0] = bn_add_d_on_fma(a[0], glo);
+        a[1] = bn_add_d_on_fma(a[1], ghi);
+        b[0] = bn_fma_d(glo, lo, b[0]);
+        b[1] = bn_fma_d(ghi, hi, b[1]);
+    }
+}
+
+/* A period of one vector (with 16 lanes: channels-first data, channels-last with C dividing 16):
+   each run's rows, then its cut-short last period where the ISA has partial vectors, with the
+   accumulators in registers from the run's start to its end. Through the strips, a run of 196
+   elements paid for storing them and reloading them for its last period: 0.19 -> 0.15 ns an
+   element in L2 for the gradient sums, 0.12 -> 0.10 for the moments (NCHW 1x256x14x14, AVX-512).
+   Returns the first element of the run left (its cut-short period without partial vectors). */
+BN_INLINE size_t sums_one_vector_run(const void *dy, const void *x, fq_dtype dtype, size_t i,
+                                     size_t count, const double *center, double *sum_a,
+                                     double *sum_b) {
+    const bn_vd c[2] = {bn_load_d(center), bn_load_d(center + BN_W / 2)};
+    bn_vd a[2] = {bn_load_d(sum_a), bn_load_d(sum_a + BN_W / 2)};
+    bn_vd b[2] = {bn_load_d(sum_b), bn_load_d(sum_b + BN_W / 2)};
+    for (size_t rows = count / BN_W; rows > 0; --rows, i += BN_W) sums_vector(dy, x, dtype, i, BN_W, c, a, b);
+#ifdef BN_HAS_PARTIAL
+    if (count % BN_W > 0) {
+        sums_vector(dy, x, dtype, i, count % BN_W, c, a, b);
+        i += count % BN_W;
+    }
+#endif
+    bn_store_d(sum_a, a[0]);
+    bn_store_d(sum_a + BN_W / 2, a[1]);
+    bn_store_d(sum_b, b[0]);
+    bn_store_d(sum_b + BN_W / 2, b[1]);
+    return i;
+}
 
 /* A period wider than one strip is walked in groups of BN_GROUP_ROWS rows: each strip adds the
    group's rows with its accumulators in registers, then the next strip takes the same rows. Column
@@ -131,17 +194,6 @@ BN_INLINE void sums_partial(const void *dy, const void *x, fq_dtype dtype, size_
    rows in order. */
 #define BN_GROUP_ROWS ((size_t)32)
 
-/* BN_W elements at i as two float64 vectors. */
-BN_INLINE void widen(const void *base, size_t i, fq_dtype dtype, bn_vd *lo, bn_vd *hi) {
-    if (dtype == FQ_DTYPE_F32) {
-        *lo = bn_load_f32_d((const float *)base + i);
-        *hi = bn_load_f32_d((const float *)base + i + BN_W / 2);
-    } else {
-        const bn_vf v = bn_load(base, i, dtype);
-        *lo = bn_low_d(v);
-        *hi = bn_high_d(v);
-    }
-}
 
 /* With dy == NULL the moments of x about center, else the sums of dy and dy * (x - center), over
    `rows` periods from element `base`, for the positions [p, p + vectors * BN_W). The strip's
@@ -166,29 +218,8 @@ BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t 
                 if (prefetch_dy != NULL) __builtin_prefetch(prefetch_dy + r * step + line);
             }
         }
-        for (int v = 0; v < vectors; ++v) {
-            bn_vd lo, hi, glo, ghi;
-            widen(x, i + (size_t)v * BN_W, dtype, &lo, &hi);
-            /* On Zen 4 (AVX-512) the float64 conversions, additions and subtractions appear to
-               queue on two pipes while the FMA pipes idle: issuing the subtractions (and the
-               gradient's additions) as FMAs measured faster (L2-resident, period 64: moments
-               6.7 -> 6.1 us, gradient sums 9.8 -> 8.4 us for 64K elements; a moments addition
-               on the FMAs was slower). */
-            lo = bn_sub_d_on_fma(lo, c[2 * v]);
-            hi = bn_sub_d_on_fma(hi, c[2 * v + 1]);
-            if (dy == NULL) {
-                a[2 * v] = bn_add_d(a[2 * v], lo);
-                a[2 * v + 1] = bn_add_d(a[2 * v + 1], hi);
-                b[2 * v] = bn_fma_d(lo, lo, b[2 * v]);
-                b[2 * v + 1] = bn_fma_d(hi, hi, b[2 * v + 1]);
-            } else {
-                widen(dy, i + (size_t)v * BN_W, dtype, &glo, &ghi);
-                a[2 * v] = bn_add_d_on_fma(a[2 * v], glo);
-                a[2 * v + 1] = bn_add_d_on_fma(a[2 * v + 1], ghi);
-                b[2 * v] = bn_fma_d(glo, lo, b[2 * v]);
-                b[2 * v + 1] = bn_fma_d(ghi, hi, b[2 * v + 1]);
-            }
-        }
+        for (int v = 0; v < vectors; ++v)
+            sums_vector(dy, x, dtype, i + (size_t)v * BN_W, BN_W, &c[2 * v], &a[2 * v], &b[2 * v]);
     }
     for (int h = 0; h < 2 * vectors; ++h) {
         bn_store_d(sum_a + p + (size_t)h * (BN_W / 2), a[h]);
@@ -229,6 +260,14 @@ BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size
 BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                          size_t run_stride, size_t count, size_t period, const double *center,
                          double *sum_a, double *sum_b, size_t table_stride, size_t readable_after) {
+    if (period == BN_W) {
+        for (size_t j = 0; j < runs; ++j) {
+            const size_t run = j * run_stride, t = j * table_stride;
+            const size_t rest = sums_one_vector_run(dy, x, dtype, run, count, center + t, sum_a + t, sum_b + t);
+            for (size_t i = rest; i < run + count; ++i) sums_one(dy, x, dtype, i, i - rest, center + t, sum_a + t, sum_b + t);
+        }
+        return;
+    }
     const size_t rows = count / period;
     const size_t group = period > BN_STRIP_VECTORS * BN_W ? BN_GROUP_ROWS : rows + 1;
     const size_t size = fq_dtype_size(dtype);
@@ -255,8 +294,16 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
            accumulators of a whole vector exist, the scalar formula for the rest. */
         size_t q = 0;
 #ifdef BN_HAS_PARTIAL
-        for (const size_t cut = count - rows * period; q < cut && q + BN_W <= period; q += BN_W)
-            sums_partial(dy, x, dtype, run + rows * period + q, cut - q < BN_W ? cut - q : BN_W, q, c, a, b);
+        for (const size_t cut = count - rows * period; q < cut && q + BN_W <= period; q += BN_W) {
+            const bn_vd cq[2] = {bn_load_d(c + q), bn_load_d(c + q + BN_W / 2)};
+            bn_vd aq[2] = {bn_load_d(a + q), bn_load_d(a + q + BN_W / 2)};
+            bn_vd bq[2] = {bn_load_d(b + q), bn_load_d(b + q + BN_W / 2)};
+            sums_vector(dy, x, dtype, run + rows * period + q, cut - q < BN_W ? cut - q : BN_W, cq, aq, bq);
+            bn_store_d(a + q, aq[0]);
+            bn_store_d(a + q + BN_W / 2, aq[1]);
+            bn_store_d(b + q, bq[0]);
+            bn_store_d(b + q + BN_W / 2, bq[1]);
+        }
 #endif
         for (size_t i = run + rows * period + q; i < run + count; ++i, ++q) sums_one(dy, x, dtype, i, q, c, a, b);
     }
