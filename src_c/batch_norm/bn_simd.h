@@ -159,8 +159,9 @@ BN_INLINE void sums_vector(const void *dy, const void *x, fq_dtype dtype, size_t
 /* A period of one vector (with 16 lanes: channels-first data, channels-last with C dividing 16):
    each run's rows, then its cut-short last period where the ISA has partial vectors, with the
    accumulators in registers from the run's start to its end. Through the strips, a run of 196
-   elements paid for storing them and reloading them for its last period: 0.19 -> 0.15 ns an
-   element in L2 for the gradient sums, 0.12 -> 0.10 for the moments (NCHW 1x256x14x14, AVX-512).
+   elements paid for storing them and reloading them for its last period: 0.19 -> 0.16 ns an
+   element in L2 for the gradient sums, 0.12 -> 0.10-0.11 for the moments (NCHW 1x256x14x14,
+   AVX-512).
    Returns the first element of the run left (its cut-short period without partial vectors). */
 BN_INLINE size_t sums_one_vector_run(const void *dy, const void *x, fq_dtype dtype, size_t i,
                                      size_t count, const double *center, double *sum_a,
