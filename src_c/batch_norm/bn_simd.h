@@ -156,13 +156,14 @@ BN_INLINE void sums_vector(const void *dy, const void *x, fq_dtype dtype, size_t
     }
 }
 
-/* A period of one vector (with 16 lanes: channels-first data, channels-last with C dividing 16):
-   each run's rows, then its cut-short last period where the ISA has partial vectors, with the
-   accumulators in registers from the run's start to its end. Through the strips, a run of 196
-   elements paid for storing them and reloading them for its last period: 0.19 -> 0.16 ns an
-   element in L2 for the gradient sums, 0.12 -> 0.10-0.11 for the moments (NCHW 1x256x14x14,
-   AVX-512). Returns the first element of the run left (its cut-short period without partial
-   vectors). */
+/* One vector of positions (center, sum_a and sum_b point at its first) over `count` elements from
+   i, taken as rows of BN_W, then the cut-short last row where the ISA has partial vectors, with the
+   accumulators in registers from start to end. Serves periods of one vector (with 16 lanes:
+   channels-first data, channels-last with C dividing 16), run by run, and the cut-short last period
+   of wider ones, vector by vector. Through the strips, a run of 196 elements paid for storing the
+   accumulators and reloading them for its last period: 0.19 -> 0.16 ns an element in L2 for the
+   gradient sums, 0.12 -> 0.10-0.11 for the moments (NCHW 1x256x14x14, AVX-512). Returns the first
+   element left (the cut-short row without partial vectors). */
 BN_INLINE size_t sums_one_vector_run(const void *dy, const void *x, fq_dtype dtype, size_t i,
                                      size_t count, const double *center, double *sum_a,
                                      double *sum_b) {
@@ -295,16 +296,9 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
            accumulators of a whole vector exist, the scalar formula for the rest. */
         size_t q = 0;
 #ifdef BN_HAS_PARTIAL
-        for (const size_t cut = count - rows * period; q < cut && q + BN_W <= period; q += BN_W) {
-            const bn_vd cq[2] = {bn_load_d(c + q), bn_load_d(c + q + BN_W / 2)};
-            bn_vd aq[2] = {bn_load_d(a + q), bn_load_d(a + q + BN_W / 2)};
-            bn_vd bq[2] = {bn_load_d(b + q), bn_load_d(b + q + BN_W / 2)};
-            sums_vector(dy, x, dtype, run + rows * period + q, cut - q < BN_W ? cut - q : BN_W, cq, aq, bq);
-            bn_store_d(a + q, aq[0]);
-            bn_store_d(a + q + BN_W / 2, aq[1]);
-            bn_store_d(b + q, bq[0]);
-            bn_store_d(b + q + BN_W / 2, bq[1]);
-        }
+        for (const size_t cut = count - rows * period; q < cut && q + BN_W <= period; q += BN_W)
+            sums_one_vector_run(dy, x, dtype, run + rows * period + q, cut - q < BN_W ? cut - q : BN_W,
+                                c + q, a + q, b + q);
 #endif
         for (size_t i = run + rows * period + q; i < run + count; ++i, ++q) sums_one(dy, x, dtype, i, q, c, a, b);
     }
