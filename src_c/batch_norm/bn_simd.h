@@ -7,7 +7,7 @@
      bn_vf, bn_vd          float32 and float64 vectors (bn_vd holds BN_W / 2 lanes)
      bn_load_f32/f16/bf16  BN_W elements -> bn_vf (exact)
      bn_store_f32/f16/bf16 bn_vf -> BN_W elements, rounded to nearest even as bn_convert.h does
-     bn_add/sub/mul_f      bn_vf arithmetic; bn_set1_f broadcast
+     bn_add/sub/mul_f      bn_vf arithmetic
      bn_low_d, bn_high_d   the first / last BN_W / 2 floats of a bn_vf as a bn_vd
      bn_load_f32_d         BN_W / 2 floats -> bn_vd (one convert, no lane shuffle)
      bn_load_d, bn_store_d, bn_add_d, bn_sub_d, bn_fma_d (a * b + c, rounded once)
