@@ -26,22 +26,30 @@ static inline grid8 load_grid(const fq_grid_table *t, size_t p) {
 }
 
 /* minps/maxps return their second operand on NaN: min(nmax, x), max(nmin, c) keep a NaN x. */
-static inline __m256 shifted8(__m256 x, const grid8 *q) {
-    const __m256 c = _mm256_max_ps(q->nudged_min, _mm256_min_ps(q->nudged_max, x));
-    return _mm256_sub_ps(c, q->nudged_min);
+static inline __m256 clamped8(__m256 x, const grid8 *q) {
+    return _mm256_max_ps(q->nudged_min, _mm256_min_ps(q->nudged_max, x));
 }
 
-static inline __m256 finish8(__m256 scaled, const grid8 *q) {
-    const __m256 t = _mm256_add_ps(_mm256_sub_ps(scaled, q->quant_zero), _mm256_set1_ps(0.5f));
+/* floor(t) * scale. */
+static inline __m256 floor_scaled8(__m256 t, const grid8 *q) {
     return _mm256_mul_ps(_mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), q->scale);
 }
 
-static inline __m256 forward_mul8(__m256 x, const grid8 *q) {
-    return finish8(_mm256_mul_ps(shifted8(x, q), q->inv_scale), q);
+/* a - b as a * 1 - b: the same rounding (NaNs and signed zeros included), on the FMA pipes, as in
+   fq_avx512.c. */
+static inline __m256 sub8_on_fma(__m256 a, __m256 b) { return _mm256_fmsub_ps(a, _mm256_set1_ps(1.0f), b); }
+
+/* The dividing forward is bound by the divider and keeps the plain operations. */
+static inline __m256 forward_div8(__m256 x, const grid8 *q) {
+    const __m256 scaled = _mm256_div_ps(_mm256_sub_ps(clamped8(x, q), q->nudged_min), q->scale);
+    return floor_scaled8(_mm256_add_ps(_mm256_sub_ps(scaled, q->quant_zero), _mm256_set1_ps(0.5f)), q);
 }
 
-static inline __m256 forward_div8(__m256 x, const grid8 *q) {
-    return finish8(_mm256_div_ps(shifted8(x, q), q->scale), q);
+/* Two subtractions on the FMAs balance the multiplying forward's operations four and four between
+   the two kinds of pipes, as in fq_avx512.c. */
+static inline __m256 forward_mul8(__m256 x, const grid8 *q) {
+    const __m256 scaled = _mm256_mul_ps(sub8_on_fma(clamped8(x, q), q->nudged_min), q->inv_scale);
+    return floor_scaled8(_mm256_add_ps(sub8_on_fma(scaled, q->quant_zero), _mm256_set1_ps(0.5f)), q);
 }
 
 static inline __m256 as_one(__m256 mask) { return _mm256_and_ps(mask, _mm256_set1_ps(1.0f)); }
@@ -55,12 +63,23 @@ static inline __m256 between8(__m256 x, __m256 nudged_min, __m256 nudged_max) {
 static inline void forward_loop(const float *x, float *out, size_t n, const fq_grid *grid, int divide) {
     const grid8 q = broadcast(grid);
     size_t i = 0;
-    /* Four vectors a step, all loaded before any is stored: more independent chains in flight. */
-    for (; i + 32 <= n; i += 32) {
+    /* Four vectors a step, all loaded before any is stored: more independent chains in flight;
+       the next step's vectors are loaded before this step's stores (4 KiB false overlaps, as in
+       fq_avx512.c). */
+    if (n >= 32) {
         __m256 v[4];
-        for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + i + 8 * k);
-        for (int k = 0; k < 4; ++k)
-            _mm256_storeu_ps(out + i + 8 * k, divide ? forward_div8(v[k], &q) : forward_mul8(v[k], &q));
+        for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k);
+        for (;; i += 32) {
+            const int last = i + 64 > n;
+            __m256 next[4];
+            if (!last)
+                for (int k = 0; k < 4; ++k) next[k] = _mm256_loadu_ps(x + i + 32 + 8 * k);
+            for (int k = 0; k < 4; ++k)
+                _mm256_storeu_ps(out + i + 8 * k, divide ? forward_div8(v[k], &q) : forward_mul8(v[k], &q));
+            if (last) break;
+            for (int k = 0; k < 4; ++k) v[k] = next[k];
+        }
+        i += 32;
     }
     for (; i + 8 <= n; i += 8) {
         const __m256 v = _mm256_loadu_ps(x + i);
