@@ -196,7 +196,6 @@ BN_INLINE size_t sums_one_vector_run(const void *dy, const void *x, fq_dtype dty
    rows in order. */
 #define BN_GROUP_ROWS ((size_t)32)
 
-
 /* With dy == NULL the moments of x about center, else the sums of dy and dy * (x - center), over
    `rows` periods from element `base`, for the positions [p, p + vectors * BN_W). The strip's
    accumulators stay in registers while it walks the rows; each row prefetches one strip width of
@@ -277,12 +276,12 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
         const size_t run = j * run_stride, t = j * table_stride;
         const double *c = center + t;
         double *a = sum_a + t, *b = sum_b + t;
+        /* Only a whole next group is fetched ahead, within the run or what may follow the last
+           one (whole periods follow a run of whole periods). */
+        const size_t after = j + 1 == runs && rows * period == count ? readable_after : 0;
         for (size_t r0 = 0; r0 < rows; r0 += group) {
             const size_t g = rows - r0 < group ? rows - r0 : group;
             const size_t first = run + r0 * period;
-            /* Only a whole next group is fetched ahead, within the run or what may follow the
-               last one (whole periods follow a run of whole periods). */
-            const size_t after = j + 1 == runs && rows * period == count ? readable_after : 0;
             const int ahead = (r0 + 2 * group) * period <= rows * period + after;
             const size_t next = (first + g * period) * size;
             const size_t rest = sums_strips(dy, x, dtype, first, g, period, c, a, b,
