@@ -207,8 +207,9 @@ static size_t skewed_stride(size_t period) {
     return ceil_div(period, per_line) * per_line + per_line;
 }
 
-/* Scratch of one per-channel call: the grid table over a period and which channels are all-zero.
-   Short periods keep it on the stack (a call on a few elements spends no time in malloc). */
+/* Scratch of one per-channel call: the grid table over a period, in the order the walk meets its
+   positions, and which channels are all-zero. Short periods keep it on the stack (a call on a few
+   elements spends no time in malloc). */
 #define FQ_STACK_PERIOD ((size_t)256)
 #define FQ_STACK_GRID_FLOATS (FQ_STACK_PERIOD * FQ_GRID_PARAMS)
 typedef struct {
@@ -216,93 +217,66 @@ typedef struct {
     float *grid;    /* the table's storage: on_stack, or aligned inside storage */
     float *storage; /* NULL while the table is on_stack */
     _Alignas(64) float on_stack[FQ_STACK_GRID_FLOATS];
+    float on_stack_ranges[2 * FQ_STACK_PERIOD];
     unsigned char on_stack_zero[FQ_STACK_PERIOD];
+    const float *position_min, *position_max; /* the range of each position of the table */
     unsigned char *zero_channel;
     int any_zero_channel;
 } channel_setup;
 
 static void free_channels(channel_setup *s) { free(s->storage); }
 
-/* Positions [channels, period) of a padded period repeat the grids of positions [0, channels). */
-static void repeat_grids(float *grid, size_t channels, size_t period) {
-    for (size_t p = channels; p < period; ++p)
-        for (int k = 0; k < FQ_GRID_PARAMS; ++k)
-            grid[fq_grid_offset(p, k)] = grid[fq_grid_offset(p - channels, k)];
-}
-
-/* Reverses the order of positions [from, to) of a grid table, all parameters alike. */
-static void reverse_grids(float *grid, size_t from, size_t to) {
-    for (; from + 1 < to; ++from) {
-        --to;
-        for (int k = 0; k < FQ_GRID_PARAMS; ++k) {
-            const float held = grid[fq_grid_offset(from, k)];
-            grid[fq_grid_offset(from, k)] = grid[fq_grid_offset(to, k)];
-            grid[fq_grid_offset(to, k)] = held;
-        }
+/* The ranges of the table's positions: position p takes the grid of position (p + shift) % period
+   of the unrotated period, which holds channel (p + shift) % channels (the period is a multiple of
+   the channel count). Nudging these builds the table in walk order directly; rearranging a nudged
+   table was most of a 1024-channel call's setup. */
+static void gather_ranges(const float *min, const float *max, size_t channels, size_t period,
+                          size_t shift, float *position_min, float *position_max) {
+    size_t c = shift % channels;
+    for (size_t p = 0; p < period; ++p) {
+        position_min[p] = min[c];
+        position_max[p] = max[c];
+        if (++c == channels) c = 0;
     }
 }
 
-/* Position p of the table takes the grid that position (p + shift) % period held. */
-static void rotate_grids(float *grid, size_t period, size_t shift) {
-    reverse_grids(grid, 0, shift);
-    reverse_grids(grid, shift, period);
-    reverse_grids(grid, 0, period);
-}
-
-/* The grid index of a scaled value a: floorf((a - quant_zero) + 0.5f), the forward's last steps;
-   NaN where that value is not below 2^23 in magnitude (no such range takes the scaled clamp).
-   The floor is a conversion to int and back: without SSE4.1, floorf is a library call, and a call
-   per channel was a third of a 1024-channel setup. */
-static float grid_index(float a, float quant_zero) {
-    const float t = (a - quant_zero) + 0.5f;
-    if (!(fabsf(t) < 8388608.0f)) return NAN;
-    const float truncated = (float)(int32_t)t;
-    return truncated > t ? truncated - 1.0f : truncated;
-}
-
-/* Whether each channel's forward may clamp after scaling (see fq_grid_table): then
-   a = (x - nmin) * inv_scale is clamped to [0, span] instead of x to [nmin, nmax], span = qmax -
-   qmin. Every step from a to the output is monotone, and TF's clamp makes a run from 0 (x = nmin)
-   to a_max = (nmax - nmin) * inv_scale: the two agree on every x exactly when the grid index of
-   a_max equals that of span, which is checked here (it fails only for degenerate ranges). */
-static float scaled_clamp_max(const float *grid, size_t channels, const unsigned char *zero_channel,
-                              int num_bits, int narrow_range) {
-    const float span = fq_quant_max(num_bits) - fq_quant_min(narrow_range);
-    for (size_t c = 0; c < channels; ++c) {
-        if (zero_channel[c]) continue; /* its outputs are overwritten with zeros */
-        const float nmin = grid[fq_grid_offset(c, FQ_GRID_NUDGED_MIN)];
-        const float nmax = grid[fq_grid_offset(c, FQ_GRID_NUDGED_MAX)];
-        const float inv = grid[fq_grid_offset(c, FQ_GRID_INV_SCALE)];
-        const float zero = grid[fq_grid_offset(c, FQ_GRID_QUANT_ZERO)];
-        if (!(isfinite(nmin) && isfinite(inv) && inv > 0.0f) ||
-            grid_index((nmax - nmin) * inv, zero) != grid_index(span, zero))
-            return 0.0f;
-    }
-    return span;
-}
-
-/* The grid table (64-byte aligned, like the vectors that load it) and the all-zero channels. */
+/* The grid table (64-byte aligned, like the vectors that load it), rotated by `shift` positions
+   (see aligning_head), and the all-zero channels. */
 static fq_status setup_channels(channel_setup *s, const fq_fake_quant_kernels *k, size_t channels,
-                                const float *min, const float *max, int num_bits, int narrow_range) {
+                                const float *min, const float *max, int num_bits, int narrow_range,
+                                size_t shift) {
     const size_t period = fq_padded_period(channels, FQ_CHANNEL_MAX_PADDED_PERIOD);
     const size_t floats = ceil_div(period, FQ_GRID_CHUNK) * FQ_GRID_CHUNK * FQ_GRID_PARAMS;
     s->grid = s->on_stack;
     s->storage = NULL;
+    float *ranges = s->on_stack_ranges;
     s->zero_channel = s->on_stack_zero;
     if (floats > FQ_STACK_GRID_FLOATS) {
-        s->storage = malloc(floats * sizeof(float) + 64 + channels);
+        s->storage = malloc((floats + 2 * period) * sizeof(float) + 64 + channels);
         if (s->storage == NULL) return FQ_ERR_NO_MEMORY;
         s->grid = (float *)(((uintptr_t)s->storage + 63) & ~(uintptr_t)63);
-        s->zero_channel = (unsigned char *)(s->grid + floats);
+        ranges = s->grid + floats;
+        s->zero_channel = (unsigned char *)(ranges + 2 * period);
     }
-    k->nudge_channels(min, max, channels, num_bits, narrow_range, s->grid);
-    repeat_grids(s->grid, channels, period);
+    s->position_min = min;
+    s->position_max = max;
+    if (period != channels || shift != 0) {
+        gather_ranges(min, max, channels, period, shift, ranges, ranges + period);
+        s->position_min = ranges;
+        s->position_max = ranges + period;
+    }
+    k->nudge_channels(s->position_min, s->position_max, period, num_bits, narrow_range, s->grid);
     s->table = (fq_grid_table){period, s->grid, 0.0f};
-    s->any_zero_channel = 0;
+    /* Locals, not s's fields: a store through an unsigned char pointer may alias any object, so
+       the loop would reload s->zero_channel after each. */
+    unsigned char *zero_channel = s->zero_channel;
+    int any_zero_channel = 0;
     for (size_t c = 0; c < channels; ++c) {
-        s->zero_channel[c] = (unsigned char)fq_range_is_zero(min[c], max[c]);
-        s->any_zero_channel |= s->zero_channel[c];
+        const int zero = fq_range_is_zero(min[c], max[c]);
+        zero_channel[c] = (unsigned char)zero;
+        any_zero_channel |= zero;
     }
+    s->any_zero_channel = any_zero_channel;
     return FQ_OK;
 }
 
@@ -392,13 +366,15 @@ fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t c
     const fq_fpenv saved = fq_fpenv_enter();
     channel_setup s;
     const fq_fake_quant_kernels *k = active_kernels();
-    status = setup_channels(&s, k, channels, min, max, num_bits, narrow_range);
+    const size_t period = fq_padded_period(channels, FQ_CHANNEL_MAX_PADDED_PERIOD);
+    const size_t head = aligning_head(out, n, period);
+    status = setup_channels(&s, k, channels, min, max, num_bits, narrow_range, head);
     if (status == FQ_OK) {
-        const size_t period = s.table.period, head = aligning_head(out, n, period);
         const size_t rows = (n - head) / period, rest = (n - head) % period;
-        if (k->uses_scaled_clamp)
-            s.table.scaled_clamp_max = scaled_clamp_max(s.grid, channels, s.zero_channel, num_bits, narrow_range);
-        if (head > 0) rotate_grids(s.grid, period, head);
+        if (k->scaled_clamp_max != NULL)
+            s.table.scaled_clamp_max =
+                k->scaled_clamp_max(s.grid, s.position_min, s.position_max, period,
+                                    fq_quant_max(num_bits) - fq_quant_min(narrow_range));
         /* Element j < head is at position j of the period: position period - head + j of the
            rotated table. */
         for (size_t j = 0; j < head; ++j) out[j] = fq_channel_element(x[j], &s.table, period - head + j);
@@ -486,18 +462,26 @@ static fq_status channel_grad(const channel_setup *s, const fq_fake_quant_kernel
     if (rest > 0)
         job.k->channel_mask_sums(g + rows * period, x + rows * period, dx + rows * period, 1,
                                  &s->table, 0, rest, last, last + acc_stride);
-    for (size_t c = 0; c < channels; ++c) {
-        double sum_min = 0.0, sum_max = 0.0;
-        for (size_t b = 0; b < blocks; ++b) {
-            const double *acc = job.partials + b * 2 * acc_stride;
-            for (size_t p = c; p < period; p += channels) {
-                sum_min += acc[p];
-                sum_max += acc[acc_stride + p];
-            }
+    /* Each channel's sums: the blocks in order, in each block its positions in order. They are
+       folded into block 0's first period of positions, which hold each sum's first term (the
+       accumulators start at +0 and so are never -0: starting from that term is starting from +0
+       and adding it). */
+    double *total_min = job.partials, *total_max = job.partials + acc_stride;
+    for (size_t b = 0; b < blocks; ++b) {
+        const double *acc = job.partials + b * 2 * acc_stride;
+        for (size_t p = b == 0 ? channels : 0, c = 0; p < period; ++p) {
+            total_min[c] += acc[p];
+            total_max[c] += acc[acc_stride + p];
+            if (++c == channels) c = 0;
         }
-        dmin[c] = s->zero_channel[c] ? 0.0f : (float)sum_min;
-        dmax[c] = s->zero_channel[c] ? 0.0f : (float)sum_max;
     }
+    for (size_t c = 0; c < channels; ++c) {
+        dmin[c] = (float)total_min[c];
+        dmax[c] = (float)total_max[c];
+    }
+    if (s->any_zero_channel)
+        for (size_t c = 0; c < channels; ++c)
+            if (s->zero_channel[c]) dmin[c] = dmax[c] = 0.0f;
     if (saved != NULL) restore_zero_channels(s, saved, dx, n, channels);
     free(saved);
     if (job.partials != stack_partials) free(job.partials);
@@ -518,7 +502,7 @@ fq_status fq_f32_vars_per_channel_grad(const float *g, const float *x, float *dx
     const fq_fpenv saved = fq_fpenv_enter();
     channel_setup s;
     const fq_fake_quant_kernels *k = active_kernels();
-    status = setup_channels(&s, k, channels, min, max, num_bits, narrow_range);
+    status = setup_channels(&s, k, channels, min, max, num_bits, narrow_range, 0);
     if (status == FQ_OK) {
         status = channel_grad(&s, k, g, x, dx, n, channels, dmin, dmax);
         free_channels(&s);

@@ -85,6 +85,23 @@ static inline void fq_nudge_positions(const float *min, const float *max, size_t
     }
 }
 
+/* Whether the per-channel forward at position p may clamp after scaling (see fq_grid_table): then
+   a = (x - nmin) * inv_scale is clamped to [0, span] instead of x to [nmin, nmax], span = qmax -
+   qmin. Every step from a to the output is monotone, and TF's clamp makes a run from 0 (x = nmin)
+   to a_max = (nmax - nmin) * inv_scale: the two agree on every x exactly when the grid index of
+   a_max, floorf((a_max - quant_zero) + 0.5f) as the forward computes it, equals that of span (it
+   differs only for degenerate ranges). An all-zero range allows it: its outputs are overwritten
+   with zeros. */
+static inline int fq_allows_scaled_clamp(const float *grid, size_t p, float min, float max, float span) {
+    if (fq_range_is_zero(min, max)) return 1;
+    const float nmin = grid[fq_grid_offset(p, FQ_GRID_NUDGED_MIN)];
+    const float nmax = grid[fq_grid_offset(p, FQ_GRID_NUDGED_MAX)];
+    const float inv = grid[fq_grid_offset(p, FQ_GRID_INV_SCALE)];
+    const float zero = grid[fq_grid_offset(p, FQ_GRID_QUANT_ZERO)];
+    return isfinite(nmin) && isfinite(inv) && inv > 0.0f &&
+           floorf(((nmax - nmin) * inv - zero) + 0.5f) == floorf((span - zero) + 0.5f);
+}
+
 /* The per-channel forward of x at position p of a period. */
 static inline float fq_channel_element(float x, const fq_grid_table *t, size_t p) {
     return fq_element_mul(x, *fq_grid_param(t, p, FQ_GRID_NUDGED_MIN),

@@ -48,7 +48,7 @@ typedef struct {
     /* When > 0, every channel of the table gives TF's bits with the clamp taken after scaling:
        min(scaled_clamp_max, max(0, (x - nmin) * inv_scale)) in place of (clamp(x) - nmin) *
        inv_scale, which needs no nudged_max (one grid load fewer per vector); fq_api.c says why
-       that is exact. 0 for kernels that do not use it (uses_scaled_clamp). */
+       that is exact. 0 for kernels that do not use it (no scaled_clamp_max kernel). */
     float scaled_clamp_max;
 } fq_grid_table;
 
@@ -87,9 +87,11 @@ typedef struct {
        storage `grid` (bit for bit what fq_nudge gives, NaN bits included). */
     void (*nudge_channels)(const float *min, const float *max, size_t channels, int num_bits,
                            int narrow_range, float *grid);
-    /* 1 when channel_forward reads fq_grid_table.scaled_clamp_max (the entry point then checks
-       every channel for it; for other kernels that check would be wasted). */
-    int uses_scaled_clamp;
+    /* For kernels whose channel_forward reads fq_grid_table.scaled_clamp_max: `span` when every
+       position of a nudged table allows the clamp after scaling (fq_allows_scaled_clamp, given
+       each position's range), else 0. NULL for the other kernels (the check would be wasted). */
+    float (*scaled_clamp_max)(const float *grid, const float *position_min,
+                              const float *position_max, size_t positions, float span);
 } fq_fake_quant_kernels;
 
 extern const fq_fake_quant_kernels fq_fake_quant__scalar;
@@ -107,9 +109,10 @@ static inline float fq_quant_max(int num_bits) { return (float)((1 << num_bits) 
 /* TF's Nudge for one range; quant_min/quant_max from num_bits and narrow_range. */
 void fq_nudge(float min, float max, int num_bits, int narrow_range, fq_grid *grid);
 /* 1 when min == max == 0 after flushing denormals: TF's "all zeros" short cut. Written with
-   magnitudes, it needs no flush-to-zero mode, so it can be inline (and vectorized in a loop). */
+   magnitudes, it needs no flush-to-zero mode, so it can be inline; and with & rather than &&, no
+   branch, so a loop over channels vectorizes. */
 static inline int fq_range_is_zero(float min, float max) {
-    return fabsf(min) < FLT_MIN && fabsf(max) < FLT_MIN;
+    return (fabsf(min) < FLT_MIN) & (fabsf(max) < FLT_MIN);
 }
 /* 1 when min < max after flushing denormals (false for NaN). */
 int fq_range_is_ordered(float min, float max);
