@@ -8,7 +8,9 @@ ISAS = ["scalar", "avx2", "avx512", "neon"]
 SIZES = [4096, 65536, 1048576, 16777216]
 THREADS = [1, 2]
 CHANNELS = 128          # per-channel ops in the size sweeps view n elements as [n // 128, 128]
-LAYOUTS = [(3, 3, 64, 128), (1024, 1024)]
+# A conv kernel, a dense one, and a dense one with few rows, whose time is mostly the per-channel
+# setup (the nudge of 1024 ranges).
+LAYOUTS = [(3, 3, 64, 128), (1024, 1024), (8, 1024)]
 LO, HI = -6.0, 6.0
 
 
