@@ -47,8 +47,9 @@ typedef struct {
     const float *grid;
     /* When > 0, every channel of the table gives TF's bits with the clamp taken after scaling:
        min(scaled_clamp_max, max(0, (x - nmin) * inv_scale)) in place of (clamp(x) - nmin) *
-       inv_scale, which needs no nudged_max (one grid load fewer per vector); fq_api.c says why
-       that is exact. 0 for kernels that do not use it (no scaled_clamp_max kernel). */
+       inv_scale, which needs no nudged_max (one grid load fewer per vector);
+       fq_allows_scaled_clamp (fq_element.h) says why that is exact. 0 for kernels that do not use
+       it (no scaled_clamp_max kernel). */
     float scaled_clamp_max;
 } fq_grid_table;
 
