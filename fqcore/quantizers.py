@@ -88,13 +88,32 @@ def _new_weight(layer, name, shape, value):
     add_weight = getattr(layer, "add_weight", None)
     if add_weight is None:
         raise TypeError(f"layer must be None or have an add_weight method, got {type(layer).__name__}")
-    weight = add_weight(name=name, shape=shape, dtype="float32", initializer=Constant(value), trainable=False)
+    weight = add_weight(**_add_weight_arguments(add_weight, name, shape, value))
     if not isinstance(weight, np.ndarray) or weight.dtype != _F32 or weight.shape != shape:
         raise TypeError(f"layer.add_weight({name!r}) must return a float32 numpy array of shape {shape}, "
                         f"got {_describe(weight)}")
     if not weight.flags.writeable:
         raise ValueError(f"layer.add_weight({name!r}) returned a read-only array; the state is updated in place")
     return weight
+
+
+def _add_weight_arguments(add_weight, name, shape, value):
+    """Keyword arguments for a Keras-like ``add_weight(name, shape, initializer or value,
+    trainable)``: an ``initializer`` unless it takes only ``value``; ``dtype='float32'`` where it
+    takes a dtype (Keras does; a minimal layer need not)."""
+    try:
+        params = inspect.signature(add_weight).parameters
+    except (TypeError, ValueError):  # a signature Python cannot read: Keras's own arguments
+        params = None
+    takes_any = params is None or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    arguments = {"name": name, "shape": shape, "trainable": False}
+    if not takes_any and "initializer" not in params and "value" in params:
+        arguments["value"] = np.full(shape, value, _F32)
+    else:
+        arguments["initializer"] = Constant(value)
+    if takes_any or "dtype" in params:
+        arguments["dtype"] = "float32"
+    return arguments
 
 
 def _describe(value):
@@ -307,13 +326,16 @@ class _RangeQuantizer(Quantizer):
 
     def __call__(self, inputs, training, weights, out=None, **kwargs):
         """Fake-quantized `inputs`. Training: observe the batch range, update the state in place, then
-        quantize with the updated state; inference: quantize with the state as it is. ``out`` is an
+        quantize with the updated state (an empty batch leaves the state unchanged); inference:
+        quantize with the state as it is. ``out`` is an
         optional float32 result buffer of the inputs' shape (it may be `inputs` itself); other keyword
         arguments are accepted, as tfmot's interface passes them, and ignored."""
         inputs = ops._array(inputs, "inputs")
         training = _training(training)
         lo, hi = self._state(weights, inputs, training)
-        if training:
+        # An empty batch has no range to observe: the state stays as it is. (TF's reductions give
+        # min +inf, max -inf there, which a symmetric range turns into a NaN state for good.)
+        if training and inputs.size > 0:
             self._update(lo, hi, inputs)
         if self._channels:
             return ops.fake_quant_with_min_max_vars_per_channel(
@@ -431,12 +453,19 @@ class AllValuesQuantizer(_RangeQuantizer):
 
 def _bound(value, name):
     """A FixedQuantizer bound: a Python int stays an int (configs keep their JSON text); any other
-    real becomes a Python float."""
+    real becomes a Python float. Either must be finite as a float32 (the op would give NaN on an
+    infinite range, and JSON has no infinities)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a float, got {value!r}")
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    return float(value)
+    value = int(value) if isinstance(value, numbers.Integral) else float(value)
+    try:
+        with np.errstate(over="ignore"):
+            finite = bool(np.isfinite(np.float32(value)))
+    except OverflowError:  # an int beyond any float
+        finite = False
+    if not finite:
+        raise ValueError(f"{name} must be finite as a float32, got {value!r}")
+    return value
 
 
 class FixedQuantizer(Quantizer):
@@ -503,19 +532,21 @@ class NoQuantizer(Quantizer):
         return {}
 
     def __call__(self, inputs, training, weights, out=None, **kwargs):
-        """`inputs` itself, as tfmot returns it (copied into `out` when one is given)."""
+        """`inputs` itself, as tfmot returns it (copied into `out` when one is given); a float32
+        array, or what converts to one, as for every quantizer."""
         _training(training)
-        return _identity(inputs, out)
+        return _identity(ops._array(inputs, "inputs"), out)
 
     def gradient(self, gradients, inputs, weights, out=None, **kwargs):
-        """`gradients` itself (copied into `out` when one is given)."""
+        """`gradients` itself (copied into `out` when one is given), after the same checks as every
+        quantizer's gradient (float32, the shape of `inputs`)."""
+        gradients, _ = ops._gradient_inputs(gradients, inputs)
         return _identity(gradients, out)
 
 
 def _identity(value, out):
     if out is None:
         return value
-    value = ops._array(value, "inputs")
     result, _ = ops._output(out, value.shape, ())
     if result is not value:
         np.copyto(result, value)

@@ -85,6 +85,9 @@ def deserialize(config):
     class_name, registered = config["class_name"], config.get("registered_name")
     if not isinstance(class_name, str):
         raise TypeError(f"class_name must be a str, got {class_name!r}")
+    for key in _OPTIONAL_DICT_KEYS:
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise TypeError(f"{key} must be a str or None, got {config[key]!r}")
     cls = _REGISTRY.get(registered) if isinstance(registered, str) else None
     if cls is None:
         cls = _REGISTRY.get(class_name)
@@ -95,7 +98,10 @@ def deserialize(config):
 
 
 def to_json(quantizer, **kwargs):
-    """``serialize(quantizer)`` as JSON text; keyword arguments go to json.dumps."""
+    """``serialize(quantizer)`` as JSON text; keyword arguments go to json.dumps, except allow_nan:
+    the text is always strict JSON (a config holds no NaN or infinity)."""
+    if "allow_nan" in kwargs:
+        raise TypeError("to_json writes strict JSON: allow_nan cannot be passed")
     return json.dumps(serialize(quantizer), allow_nan=False, **kwargs)
 
 
@@ -184,22 +190,45 @@ def load_quantizer(path):
     else:
         with open(path, "rb") as f:
             header = _header(json.loads(f.read().decode("utf-8")), path)
-        weights = {}
-        for key, entry in header.get("weights", {}).items():
-            shape = tuple(entry["shape"])
-            bits = np.array(entry["bits"], dtype=np.uint32)
-            if bits.size != int(np.prod(shape, dtype=np.int64)):
-                raise ValueError(f"{path!r}: weight {key!r} has {bits.size} values for shape {shape}")
-            weights[key] = bits.view(np.float32).reshape(shape)
+        weights = _json_weights(header.get("weights", {}), path)
     return deserialize(header["quantizer"]), weights
 
 
 def _header(header, path):
     if not isinstance(header, dict) or header.get("format") != FILE_FORMAT:
         raise ValueError(f"{path!r} is not an fqcore quantizer file")
-    if header.get("version") != FILE_VERSION:
-        raise ValueError(f"{path!r} has format version {header.get('version')!r}; this fqcore reads {FILE_VERSION}")
+    version = header.get("version")
+    if type(version) is not int or version != FILE_VERSION:
+        raise ValueError(f"{path!r} has format version {version!r}; this fqcore reads {FILE_VERSION}")
+    if "quantizer" not in header:
+        raise ValueError(f"{path!r} has no 'quantizer' entry")
     return header
+
+
+def _is_int(value, low, high):
+    return type(value) is int and low <= value < high
+
+
+def _json_weights(entries, path):
+    """The state arrays of a .json file: each entry a shape (list of non-negative ints) and the
+    float32 values' bit patterns (list of ints in [0, 2**32)), checked before any is read."""
+    if not isinstance(entries, dict):
+        raise ValueError(f"{path!r}: 'weights' must be an object of named entries, got {type(entries).__name__}")
+    weights = {}
+    for key, entry in entries.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list) or \
+                not isinstance(entry.get("bits"), list):
+            raise ValueError(f"{path!r}: weight {key!r} must hold a 'shape' list and a 'bits' list")
+        shape, bits = entry["shape"], entry["bits"]
+        if not all(_is_int(dim, 0, 1 << 31) for dim in shape):
+            raise ValueError(f"{path!r}: weight {key!r} has shape {shape!r}; expected non-negative ints")
+        if not all(_is_int(b, 0, 1 << 32) for b in bits):
+            raise ValueError(f"{path!r}: weight {key!r} has bits that are not ints in [0, 2**32)")
+        shape = tuple(shape)
+        if len(bits) != int(np.prod(shape, dtype=np.int64)):
+            raise ValueError(f"{path!r}: weight {key!r} has {len(bits)} values for shape {shape}")
+        weights[key] = np.array(bits, dtype=np.uint32).view(np.float32).reshape(shape)
+    return weights
 
 
 for _cls in (LastValueQuantizer, MovingAverageQuantizer, AllValuesQuantizer, FixedQuantizer, NoQuantizer):

@@ -228,6 +228,24 @@ def test_state_updated_in_place_and_inference_leaves_it():
     assert state(w) == (-1, 3)
 
 
+@pytest.mark.parametrize("cls", [LV, MA, AV])
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_empty_training_batch_leaves_the_state(cls, symmetric, per_axis, isa):
+    """Nothing to observe: the state stays (tfmot's becomes [0, 0], or NaN for symmetric ranges)."""
+    q = cls(8, per_axis, symmetric, False)
+    w = q.build((None, 4), "q", None)
+    q(np.linspace(-2, 3, 32, dtype=np.float32).reshape(8, 4), True, w)
+    before = {key: value.copy() for key, value in w.items()}
+    for empty in (np.zeros((0, 4), np.float32), np.zeros((2, 0, 4), np.float32)):
+        y = q(empty, True, w)
+        assert y.shape == empty.shape
+        for key in w:
+            assert_same_bits(w[key], before[key])
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    assert np.isfinite(q(x, False, w)).all()
+
+
 def test_training_quantizes_with_updated_state(isa):
     """Step 3 of the spec's order: the fake quant uses the state just written."""
     q = MA(8, False, False, False)
@@ -276,6 +294,13 @@ def test_no_quantizer_and_fixed():
     x = f32(-7, -1, 0.3, 2, 9)
     assert fqcore.NoQuantizer()(x, True, {}) is x
     assert fqcore.NoQuantizer().gradient(x, x, {}) is x
+    # Its inputs are checked as every quantizer's are.
+    with pytest.raises(TypeError, match="inputs must be a float32 array"):
+        fqcore.NoQuantizer()("abc", True, {})
+    with pytest.raises(TypeError, match="float32"):
+        fqcore.NoQuantizer()(np.ones(3), True, {})
+    with pytest.raises(ValueError, match="shape"):
+        fqcore.NoQuantizer().gradient(f32(1, 2), x, {})
     assert fqcore.NoQuantizer().build((5,), "n", None) == {}
     q = fqcore.FixedQuantizer(8, -6.0, 6.0, False)
     assert q.build((5,), "f", None) == {}
@@ -433,8 +458,13 @@ def test_bad_fixed_bounds():
         fqcore.FixedQuantizer(8, -1.0, True, False)
     with pytest.raises(TypeError, match="narrow_range must be a bool, got 1"):
         fqcore.FixedQuantizer(8, -1.0, 1.0, 1)
-    for lo, hi in ((1.0, 1.0), (2.0, -2.0), (float("nan"), 1.0), (0.0, 1e-40)):
+    for lo, hi in ((1.0, 1.0), (2.0, -2.0), (0.0, 1e-40)):
         with pytest.raises(ValueError, match="init_min must be smaller than init_max"):
+            fqcore.FixedQuantizer(8, lo, hi, False)
+    # Not finite as float32: the op would give NaN everywhere, and JSON cannot hold the config.
+    for lo, hi, bad in ((float("nan"), 1.0, "init_min"), (-1.0, float("inf"), "init_max"),
+                        (-1e40, 1.0, "init_min"), (0, 10**400, "init_max")):
+        with pytest.raises(ValueError, match=f"{bad} must be finite as a float32"):
             fqcore.FixedQuantizer(8, lo, hi, False)
 
 
@@ -544,6 +574,23 @@ def test_layer_add_weight():
     w = AV(8, True, False, False).build((4, 5), "act", layer)
     assert [(m[0], m[1]) for m in layer.made] == [("act_min", ()), ("act_max", ())]
     assert state(w) == (0, 0)
+
+
+def test_layer_add_weight_minimal_signatures():
+    """The spec's protocol, add_weight(name, shape, initializer or value, trainable): no dtype
+    argument is needed, and a layer that takes only a value gets one."""
+    class WithInitializer:
+        def add_weight(self, name, shape, initializer, trainable):
+            return initializer(shape)
+
+    class WithValue:
+        def add_weight(self, name, shape, value, trainable):
+            assert trainable is False
+            return np.array(value)
+
+    for layer in (WithInitializer(), WithValue()):
+        w = LV(8, True, False, False).build((2, 3), "k", layer)
+        assert w["min_var"].tolist() == [-6] * 3 and w["max_var"].tolist() == [6] * 3
 
 
 def test_layer_must_return_float32_arrays():

@@ -1,5 +1,6 @@
 """Quantizer serialization: Keras-2 dicts, tf_keras 2.21 dicts, the registry, JSON text, and files of config plus state."""
 import json
+import re
 import os
 import stat
 import threading
@@ -82,6 +83,11 @@ def test_bad_dicts():
         fqcore.serialize({"class_name": "NoQuantizer"})
     with pytest.raises(TypeError, match="JSON text"):
         fqcore.from_json({"class_name": "NoQuantizer", "config": {}})
+    for key, value in (("module", 5), ("registered_name", ["x"])):
+        with pytest.raises(TypeError, match=re.escape(f"{key} must be a str or None, got {value!r}")):
+            fqcore.deserialize({"class_name": "NoQuantizer", "config": {}, key: value})
+    with pytest.raises(TypeError, match="allow_nan cannot be passed"):
+        fqcore.to_json(fqcore.NoQuantizer(), allow_nan=True)
 
 
 @pytest.fixture
@@ -206,6 +212,33 @@ def test_file_formats(tmp_path):
     (tmp_path / "g.json").write_text(json.dumps(dict(header, version=99)))
     with pytest.raises(ValueError, match="format version 99"):
         fqcore.load_quantizer(tmp_path / "g.json")
+
+
+def test_malformed_json_files(tmp_path):
+    """Every malformed piece of a .json file is named; no value is read from a bad one."""
+    q = fqcore.LastValueQuantizer(8, True, False, False)
+    fqcore.save_quantizer(tmp_path / "a.json", q, trained(q))
+    header = json.loads((tmp_path / "a.json").read_text())
+    good = header["weights"]["min_var"]
+    cases = [
+        (dict(header, version=True), "format version True"),
+        (dict(header, version=1.0), "format version 1.0"),
+        ({k: v for k, v in header.items() if k != "quantizer"}, "no 'quantizer' entry"),
+        (dict(header, weights=[1, 2]), "'weights' must be an object"),
+        (dict(header, weights={"min_var": 5}), "must hold a 'shape' list and a 'bits' list"),
+        (dict(header, weights={"min_var": {"bits": good["bits"]}}), "must hold a 'shape' list"),
+        (dict(header, weights={"min_var": dict(good, shape="3")}), "must hold a 'shape' list"),
+        (dict(header, weights={"min_var": dict(good, shape=[-3])}), "expected non-negative ints"),
+        (dict(header, weights={"min_var": dict(good, bits=[1.5, 0, 0])}), "bits that are not ints"),
+        (dict(header, weights={"min_var": dict(good, bits=[2**40, 0, 0])}), "bits that are not ints"),
+        (dict(header, weights={"min_var": dict(good, bits=[-1, 0, 0])}), "bits that are not ints"),
+        (dict(header, weights={"min_var": dict(good, bits=[0, 0])}), "has 2 values for shape"),
+    ]
+    for k, (bad, message) in enumerate(cases):
+        path = tmp_path / f"bad{k}.json"
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=message):
+            fqcore.load_quantizer(path)
 
 
 def test_save_is_atomic(tmp_path, monkeypatch):
