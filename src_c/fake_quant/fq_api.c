@@ -15,12 +15,9 @@
 /* Elementwise work is split into chunks of whole cache lines. */
 #define FQ_CHUNK_ALIGN ((size_t)64)
 /* Per-channel gradients keep one row of float64 partial sums per row block: at most this many
-   blocks (a fixed function of the shape, never of the thread count). A block holds about one
-   thread's share of work (FQ_PARALLEL_WORK_PER_THREAD), so a call that gets two threads has two
-   blocks of whole rows to give them; with one block, the threads split each row's positions
-   instead, which is slower than one thread ([576, 128]: 24 us on two threads, 10 us on one). */
+   blocks (a fixed function of the shape, never of the thread count), of about this much work. */
 #define FQ_CHANNEL_MAX_BLOCKS ((size_t)16)
-#define FQ_CHANNEL_BLOCK_WORK ((size_t)32768)
+#define FQ_CHANNEL_BLOCK_WORK ((size_t)65536)
 /* Channel counts are padded to a period that fills whole vectors when that stays this short. */
 #define FQ_CHANNEL_MAX_PADDED_PERIOD ((size_t)4096)
 
@@ -405,6 +402,12 @@ fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t c
 static size_t channel_sum_blocks(size_t n, size_t period, size_t rows) {
     if (period >= FQ_CHANNEL_MAX_PADDED_PERIOD || rows <= 1) return 1;
     size_t blocks = n / FQ_CHANNEL_BLOCK_WORK;
+    /* A call of one block's work is big enough for two threads (FQ_PARALLEL_MIN_WORK): two blocks
+       give them whole rows. With one block they would split each row's positions, which is slower
+       than one thread ([576, 128]: 24 us on two threads, 10 us on one; 6 us with two blocks). More
+       blocks for every size was no better: their partials grew past what glibc keeps for reuse
+       ([256, 1024] with 8 blocks, 132 KiB: page faults on every call, 45 -> 70 us). */
+    if (blocks == 1) blocks = 2;
     if (blocks > FQ_CHANNEL_MAX_BLOCKS) blocks = FQ_CHANNEL_MAX_BLOCKS;
     if (blocks > rows) blocks = rows;
     return blocks < 1 ? 1 : blocks;
