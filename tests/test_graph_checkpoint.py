@@ -326,20 +326,79 @@ def test_interrupted_variables_save_keeps_the_previous_file(tmp_path, monkeypatc
     assert files_in(tmp_path) == listing
 
 
-def test_restore_notices_a_pair_left_inconsistent(tmp_path, monkeypatch):
+def _checkpoint_then_change(tmp_path):
+    """A saved checkpoint, and its graph and session changed afterwards (a new op, new values)."""
     g = build_stage("trained")
     session = new_session(g)
     C.save(session, tmp_path / "ck")
+    old_values = session.variable_values()
     with g.as_default():
         G.no_op(name="changed")
+    session._store = {k: v + 1 if v.dtype.kind == "f" else v for k, v in old_values.items()}
+    return session, old_values
 
-    def fail(*args, **kwargs):
-        raise Interrupted("between the two files")
-    monkeypatch.setattr(C, "_write_variables", fail)
+
+def _restored(tmp_path):
+    graph, session = C.restore(tmp_path / "ck")
+    names = {op.name for op in graph.get_operations()}
+    return "changed" in names, session.variable_values()
+
+
+def _same(values, expected):
+    return values.keys() == expected.keys() and all(
+        np.array_equal(values[k], expected[k], equal_nan=True) for k in values)
+
+
+def test_save_interrupted_before_its_commit_point_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    """The variables file is the commit point: a save that dies writing it leaves the old pair."""
+    session, old_values = _checkpoint_then_change(tmp_path)
+    original, calls = np.lib.format.write_array, []
+
+    def write_some(*args, **kwargs):  # dies after three arrays, mid-archive
+        calls.append(1)
+        if len(calls) > 3:
+            raise Interrupted("midway")
+        return original(*args, **kwargs)
+    monkeypatch.setattr(np.lib.format, "write_array", write_some)
     with pytest.raises(Interrupted):
         C.save(session, tmp_path / "ck")
     monkeypatch.undo()
-    with pytest.raises(ValueError, match="different graph"):
+    changed, values = _restored(tmp_path)
+    assert not changed and _same(values, old_values)
+
+
+def test_save_interrupted_after_its_commit_point_gives_the_new_checkpoint(tmp_path, monkeypatch):
+    """Variables in place, graph file still the old one (or absent): restore takes the copy of the
+    graph inside the variables file, so the checkpoint is the new one, whole."""
+    session, _ = _checkpoint_then_change(tmp_path)
+    original = C.write_atomically
+
+    def fail_on_graph(path, write):
+        if str(path).endswith(C.GRAPH_SUFFIX):
+            raise Interrupted("between the two files")
+        return original(path, write)
+    monkeypatch.setattr(C, "write_atomically", fail_on_graph)
+    with pytest.raises(Interrupted):
+        C.save(session, tmp_path / "ck")
+    changed, values = _restored(tmp_path)
+    assert changed and _same(values, session.variable_values())
+    os.unlink(tmp_path / ("ck" + C.GRAPH_SUFFIX))  # a first save, cut off the same way
+    changed, values = _restored(tmp_path)
+    assert changed and _same(values, session.variable_values())
+
+
+def test_restore_refuses_a_pair_it_cannot_reconcile(tmp_path, monkeypatch):
+    """A variables file that records another graph and holds no copy of it (written before
+    checkpoints carried one): the pair is refused, not mixed."""
+    session, _ = _checkpoint_then_change(tmp_path)
+    C.save(session, tmp_path / "ck")
+    path = tmp_path / "ck.npz"
+    with np.load(path) as npz:
+        entries = {name: npz[name] for name in npz.files if name != C._GRAPH_KEY}
+    with open(path, "wb") as f:  # the same archive without the copy
+        np.savez(f, **entries)
+    C.save_graph(build_stage("trained"), tmp_path / ("ck" + C.GRAPH_SUFFIX))
+    with pytest.raises(ValueError, match="different graph than the one beside it, and holds no copy"):
         C.restore(tmp_path / "ck")
 
 
@@ -419,7 +478,7 @@ def test_missing_files_raise_file_not_found_with_the_path(tmp_path):
     assert error.value.filename == missing
     with pytest.raises(FileNotFoundError, match="absent.npz"):
         C.load_variables(G.Session(build_model()), tmp_path / "absent.npz")
-    with pytest.raises(FileNotFoundError, match=r"ck\.graph\.json"):
+    with pytest.raises(FileNotFoundError, match=r"ck\.npz"):
         C.restore(tmp_path / "ck")
 
 
@@ -487,6 +546,29 @@ def test_foreign_truncated_and_future_files_are_refused(tmp_path):
         C.load_graph(_write(tmp_path, doc))
     with pytest.raises(ValueError, match="not a valid JSON graph file"):
         C.load_graph(_write(tmp_path, '{"format": NaN}'))
+    deep = "[" * 100000 + "]" * 100000
+    with pytest.raises(ValueError, match="not a valid JSON graph file"):
+        C.load_graph(_write(tmp_path, deep))
+
+
+def test_every_damaged_byte_of_a_variables_file_is_a_clear_error_or_harmless(tmp_path,
+                                                                           trained_checkpoint):
+    """Any single byte flipped, in the zip headers, the metadata or the arrays: either the file
+    still loads (the byte was inside an array's data) or a ValueError names the file; never a
+    zipfile, EOF, encryption or other error."""
+    g, session, _ = trained_checkpoint
+    path = tmp_path / "v.npz"
+    C.save_variables(session, path)
+    good = path.read_bytes()
+    damaged = tmp_path / "damaged.npz"
+    for offset in list(range(0, 160)) + list(range(len(good) - 400, len(good))):
+        data = bytearray(good)
+        data[offset] ^= 0x5A
+        damaged.write_bytes(bytes(data))
+        try:
+            C.load_variables(G.Session(g), damaged)
+        except ValueError as error:
+            assert str(damaged) in str(error)
 
 
 def test_unsavable_attributes_are_refused_before_touching_the_file(tmp_path):

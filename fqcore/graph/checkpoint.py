@@ -21,10 +21,15 @@ any dtype, -0.0 and NaN payloads included; non-finite Python floats are refused 
 Variables file (`save_variables` / `load_variables`): an .npz (zip of .npy) with one entry per
 variable keyed by its op name ('/' is fine in zip member names), raw bytes, plus an entry
 `__fqcore__` (uint8 JSON: format, version, variable names, and the graph's SHA-256 when written by
-`save`). Op names cannot start with '_', so that key never names a variable.
+`save`) and, from `save`, `__fqcore_graph__` (the graph file's bytes). Op names cannot start with
+'_', so those keys never name a variable.
 
 Every file goes to a temporary file in the target directory, is flushed and fsynced, then renamed
-over the target with os.replace: an interrupted save leaves the previous file as it was.
+over the target with os.replace: an interrupted save leaves the previous file as it was. A
+checkpoint (`save`) is two files, and its variables file, which holds a copy of the graph, is
+renamed first: that rename is the save's commit point. `restore` takes the copy when the graph
+file beside it is not the one the variables were saved with (a save interrupted between its two
+renames), so a checkpoint is always the previous one or the new one, whole.
 """
 import base64
 import collections
@@ -49,6 +54,9 @@ GRAPH_SUFFIX = ".graph.json"
 VARIABLES_SUFFIX = ".npz"
 DEFAULT_BASENAME = "checkpoint"
 _META_KEY = "__fqcore__"
+_GRAPH_KEY = "__fqcore_graph__"
+# What zipfile and numpy raise on a damaged archive or member.
+_CORRUPT = (ValueError, OSError, EOFError, zipfile.BadZipFile, NotImplementedError, RuntimeError)
 _ATTR_TAGS = ("tuple", "dict", "dtype", "ndarray", "scalar")
 
 LoadResult = collections.namedtuple("LoadResult", "loaded missing unexpected")
@@ -234,21 +242,25 @@ def _encode_item(graph, key, index, item, variables):
 def _read_graph(path):
     """(graph, SHA-256 of the file's bytes)."""
     with _open_for_reading(path, "graph") as f:
-        raw = f.read()
+        return _parse_graph(f.read(), path)
+
+
+def _parse_graph(raw, where):
+    """(graph, SHA-256 of `raw`) from a graph file's bytes; `where` names them in errors."""
     try:
         doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ValueError(f"{path}: not a valid JSON graph file ({error})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise ValueError(f"{where}: not a valid JSON graph file ({error})") from None
     if not isinstance(doc, dict) or doc.get("format") != GRAPH_FORMAT:
         found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise ValueError(f"{path}: not an fqcore graph file (expected format {GRAPH_FORMAT!r}, "
+        raise ValueError(f"{where}: not an fqcore graph file (expected format {GRAPH_FORMAT!r}, "
                          f"found {found!r})")
-    _check_version(path, doc.get("version"), GRAPH_VERSION)
+    _check_version(where, doc.get("version"), GRAPH_VERSION)
     try:
         graph = _build_graph(doc)
-    except (ValueError, TypeError, KeyError) as error:
+    except (ValueError, TypeError, KeyError, RecursionError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        raise ValueError(f"{path}: {message}") from None
+        raise ValueError(f"{where}: {message}") from None
     return graph, hashlib.sha256(raw).hexdigest()
 
 
@@ -472,15 +484,20 @@ def _collect_values(session, names):
     return values
 
 
-def _write_variables(path, values, graph_sha256=None):
+def _write_variables(path, values, graph_data=None):
+    """The variables file; with `graph_data` (a checkpoint's graph file bytes), their SHA-256 in
+    the metadata and a copy of them."""
     meta = {"format": VARIABLES_FORMAT, "version": VARIABLES_VERSION, "variables": list(values)}
-    if graph_sha256 is not None:
-        meta["graph_sha256"] = graph_sha256
+    entries = []
+    if graph_data is not None:
+        meta["graph_sha256"] = hashlib.sha256(graph_data).hexdigest()
+        entries.append((_GRAPH_KEY, np.frombuffer(graph_data, dtype=np.uint8)))
     meta_array = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    entries = [(_META_KEY, meta_array)] + entries + list(values.items())
 
     def write(f):
         with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-            for key, array in [(_META_KEY, meta_array)] + list(values.items()):
+            for key, array in entries:
                 with archive.open(key + ".npy", "w", force_zip64=True) as member:
                     if not array.flags.c_contiguous:
                         array = np.copy(array, order="C")
@@ -497,15 +514,12 @@ def load_variables(session, path, var_list=None, strict=True):
     lacks the optimizer slots, EMA shadows and step counter). Shapes and dtypes must match
     exactly either way. Nothing is set unless everything checks out."""
     _check_session(session)
-    return _load_variables(session, _input_path(path, "path", "variables"), var_list, strict)
+    path = _input_path(path, "path", "variables")
+    return _set_variables(session, path, _read_variables(path)[0], var_list, strict)
 
 
-def _load_variables(session, path, var_list, strict, graph_sha256=None):
+def _set_variables(session, path, arrays, var_list, strict):
     targets = _variable_names(session.graph, var_list)
-    arrays, meta = _read_variables(path)
-    if graph_sha256 is not None and meta.get("graph_sha256") not in (None, graph_sha256):
-        raise ValueError(f"{path} was saved with a different graph than the one beside it "
-                         f"(an interrupted save?)")
     target_set = set(targets)
     missing = [n for n in targets if n not in arrays]
     unexpected = [n for n in arrays if n not in target_set]
@@ -538,25 +552,31 @@ def _load_variables(session, path, var_list, strict, graph_sha256=None):
 
 
 def _read_variables(path):
-    """({name: array}, metadata) from a variables file; plain .npz files (no metadata) too."""
+    """({name: array}, metadata, the graph copy's bytes or None) from a variables file; plain
+    .npz files (no metadata) too."""
     try:
         archive = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+    except _CORRUPT as error:
         raise ValueError(f"{path}: not a valid .npz variables file ({error})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise ValueError(f"{path}: not an .npz archive (a single .npy array?)")
     with archive:
-        meta = {}
+        meta, graph_data = {}, None
         if _META_KEY in archive.files:
             try:
                 meta = json.loads(archive[_META_KEY].tobytes().decode("utf-8"))
-            except (ValueError, UnicodeDecodeError, OSError) as error:
+            except _CORRUPT + (UnicodeDecodeError, RecursionError) as error:
                 raise ValueError(f"{path}: corrupt {_META_KEY!r} entry ({error})") from None
             if not isinstance(meta, dict) or meta.get("format") != VARIABLES_FORMAT:
                 raise ValueError(f"{path}: the {_META_KEY!r} entry is not fqcore variables "
                                  f"metadata")
             _check_version(path, meta.get("version"), VARIABLES_VERSION)
-        names = [n for n in archive.files if n != _META_KEY]
+        if _GRAPH_KEY in archive.files:
+            try:
+                graph_data = archive[_GRAPH_KEY].tobytes()
+            except _CORRUPT as error:
+                raise ValueError(f"{path}: corrupt {_GRAPH_KEY!r} entry ({error})") from None
+        names = [n for n in archive.files if n not in (_META_KEY, _GRAPH_KEY)]
         listed = meta.get("variables", names)
         if not isinstance(listed, list) or sorted(map(str, listed)) != sorted(names):
             raise ValueError(f"{path}: the entries {names} do not match the variables the "
@@ -565,9 +585,9 @@ def _read_variables(path):
         for name in listed:
             try:
                 arrays[name] = archive[name]
-            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+            except _CORRUPT as error:
                 raise ValueError(f"{path}: entry {name!r} is corrupt ({error})") from None
-    return arrays, meta
+    return arrays, meta, graph_data
 
 
 def _variable_names(graph, var_list):
@@ -621,8 +641,9 @@ def checkpoint_paths(directory_or_prefix):
 def save(session, directory_or_prefix):
     """Saves the session's graph and all its variables side by side (see checkpoint_paths;
     a missing directory named with a trailing separator is created); returns the two paths.
-    The variables file records the graph file's SHA-256, so restore notices a pair left
-    inconsistent by an interrupted save."""
+    The variables file goes first and holds a copy of the graph: once it is in place the save
+    has happened, and restore gives the new checkpoint even if the graph file beside it is still
+    the old one."""
     _check_session(session)
     graph_path, variables_path = checkpoint_paths(directory_or_prefix)
     directory = os.path.dirname(graph_path)
@@ -633,8 +654,8 @@ def save(session, directory_or_prefix):
     # Everything that can fail on bad content fails before the first file is replaced.
     data = _dump_graph(session.graph)
     values = _collect_values(session, _variable_names(session.graph, None))
+    _write_variables(variables_path, values, data)
     write_atomically(graph_path, lambda f: f.write(data))
-    _write_variables(variables_path, values, hashlib.sha256(data).hexdigest())
     return graph_path, variables_path
 
 
@@ -643,11 +664,26 @@ def restore(directory_or_prefix):
     every variable set (strict: the files must agree)."""
     from .session import Session
     graph_path, variables_path = checkpoint_paths(directory_or_prefix)
-    graph, digest = _read_graph(_input_path(graph_path, "directory_or_prefix", "graph"))
+    variables_path = _input_path(variables_path, "directory_or_prefix", "variables")
+    arrays, meta, graph_copy = _read_variables(variables_path)
+    saved_with = meta.get("graph_sha256")
+    if graph_copy is not None and not (os.path.isfile(graph_path)
+                                       and _file_sha256(graph_path) == saved_with):
+        # A save interrupted after its commit point: the graph is the copy in the variables file.
+        graph, _ = _parse_graph(graph_copy, f"{variables_path} ({_GRAPH_KEY})")
+    else:
+        graph, digest = _read_graph(_input_path(graph_path, "directory_or_prefix", "graph"))
+        if saved_with not in (None, digest):
+            raise ValueError(f"{variables_path} was saved with a different graph than the one "
+                             f"beside it, and holds no copy of its own")
     session = Session(graph)
-    _load_variables(session, _input_path(variables_path, "directory_or_prefix", "variables"),
-                    None, True, digest)
+    _set_variables(session, variables_path, arrays, None, True)
     return graph, session
+
+
+def _file_sha256(path):
+    with _open_for_reading(path, "graph") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 # -- files ----------------------------------------------------------------------------------
