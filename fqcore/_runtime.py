@@ -1,4 +1,5 @@
 """ISA and thread controls of the C library: show_config, available_isas, get/set_isa, threads."""
+import numbers
 import os
 
 from . import _kernels
@@ -37,9 +38,10 @@ def get_num_threads():
 
 def set_num_threads(num_threads):
     """Sets the thread budget of every later call; results never depend on it."""
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or not 1 <= num_threads <= 1024:
+    if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral) or \
+            not 1 <= num_threads <= 1024:
         raise ValueError(f"num_threads must be an int from 1 to 1024, got {num_threads!r}")
-    _kernels.set_num_threads(num_threads)
+    _kernels.set_num_threads(int(num_threads))
 
 
 def config():

@@ -25,7 +25,7 @@ _BFLOAT16_CODE = 2
 
 def _layout(data_format, x):
     """(channels_last, outer, channels, inner) of x in `data_format`."""
-    if data_format not in _FORMATS:
+    if not isinstance(data_format, str) or data_format not in _FORMATS:
         raise ValueError(f"data_format must be one of {', '.join(_FORMATS)}, got {data_format!r}")
     rank, channels_last = _FORMATS[data_format]
     if x.ndim not in (4, 5):
@@ -59,11 +59,12 @@ def _bytes(array):
 
 
 def _per_channel(value, name, channels, required=True):
-    """A float32 vector of one value per channel (None allowed when not required)."""
-    if value is None:
-        if required:
-            raise ValueError(f"{name} is required: expected {channels} values, one per channel")
+    """A float32 vector of one value per channel; when not required, None whatever `value` is
+    (TF reads, and so checks, the running statistics only where it uses them)."""
+    if not required:
         return None
+    if value is None:
+        raise ValueError(f"{name} is required: expected {channels} values, one per channel")
     array = _array(value, name)
     if array.ndim != 1 or array.shape[0] != channels:
         raise ValueError(f"{name} must have the same number of elements as the channels of x, "

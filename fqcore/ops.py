@@ -63,7 +63,10 @@ def _output(out, shape, inputs):
         raise ValueError(f"out has shape {out.shape}, expected {shape}")
     flags = out.flags
     if not (flags.c_contiguous and flags.writeable and flags.aligned):
-        raise ValueError("out must be a writeable, aligned, C-contiguous array")
+        lacking = [what for ok, what in ((flags.writeable, "writeable"), (flags.aligned, "aligned"),
+                                         (flags.c_contiguous, "C-contiguous")) if not ok]
+        raise ValueError(f"out must be a writeable, aligned, C-contiguous array; this one (shape "
+                         f"{out.shape}, strides {out.strides}) is not {' and not '.join(lacking)}")
     # Two distinct arrays that own their data never overlap; that test is cheap, the other is not.
     return out, [a for a in inputs if a is not out and (a.base is not None or out.base is not None)
                  and np.may_share_memory(a, out)]
@@ -114,7 +117,18 @@ def _attr_float(value, name):
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a float, got {value!r}")
-    return float(np.float32(value))
+    return _to_float32(value, name)
+
+
+def _to_float32(value, name):
+    """A real number rounded to float32, as a Python float (beyond float32: infinite, as TF's
+    float attrs hold it); an int too large for any float is refused, named."""
+    try:
+        with np.errstate(over="ignore"):
+            return float(np.float32(value))
+    except OverflowError:
+        raise ValueError(f"{name} is an int too large for a float ({int(value).bit_length()} "
+                         f"bits)") from None
 
 
 def _tf_str(value):
@@ -142,6 +156,8 @@ def _scalar(value, name):
         return value
     if type(value) is np.ndarray and value.shape == () and value.dtype == _FLOAT32:
         return float(value)
+    if isinstance(value, (list, tuple)):  # a nested sequence has a rank too, as TF sees it
+        value = np.asarray(value, dtype=_FLOAT32 if np.ndim(value) == 0 else None)
     if isinstance(value, np.ndarray):
         if value.ndim != 0:
             raise ValueError(f"`{name}` must be rank 0 but is rank {value.ndim}")
@@ -150,7 +166,7 @@ def _scalar(value, name):
         return float(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"`{name}` must be a float32 scalar, got {value!r}")
-    return float(np.float32(value))
+    return _to_float32(value, f"`{name}`")
 
 
 def _gradient_inputs(gradients, inputs):

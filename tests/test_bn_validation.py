@@ -39,7 +39,7 @@ def test_rank_must_match_data_format():
         forward(x=ones(1, 4, 2, 2, 2), data_format="NCHW")
 
 
-@pytest.mark.parametrize("bad", ["NWHC", "nhwc", "", None, 4])
+@pytest.mark.parametrize("bad", ["NWHC", "nhwc", "", None, 4, ["NHWC"], {"NHWC": 1}])
 def test_unknown_data_format_lists_the_allowed_ones(bad):
     with pytest.raises(ValueError, match="data_format must be one of NHWC, NCHW, NDHWC, NCDHW"):
         forward(data_format=bad)
@@ -78,6 +78,16 @@ def test_statistics_required_for_running_averages_and_inference(kwargs, missing)
 
 def test_statistics_ignored_when_factor_is_one():
     assert forward(mean=None, variance=None).y.shape == (2, 3, 3, 4)
+    # Ignored means not read, so not checked either (TF checks them only where it uses them).
+    reference = forward(mean=None, variance=None)
+    ignored = forward(mean=ones(2), variance=np.zeros(7))
+    np.testing.assert_array_equal(ignored.y, reference.y)
+
+
+def test_attribute_ints_too_large_for_a_float_are_named():
+    for name in ("epsilon", "exponential_avg_factor"):
+        with pytest.raises(ValueError, match=f"{name} is an int too large for a float"):
+            forward(**{name: 10**400})
 
 
 def test_statistics_of_wrong_length():

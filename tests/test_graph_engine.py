@@ -186,6 +186,14 @@ def test_feed_validation_names_the_tensor(small):
         s.run(double, {double.op: np.zeros((2, 3), F32)})  # keys must be tensors
     # an int value into a float placeholder is converted, as TF does
     np.testing.assert_array_equal(s.run(double, {x: np.ones((2, 3), np.int32)}), np.full((2, 3), 2))
+    # a wider int converts only when every value fits: no silent wrap-around
+    np.testing.assert_array_equal(s.run(labels, {labels: np.array([1, 2], np.int64)}), [1, 2])
+    with pytest.raises(ValueError, match=r"int64 value 4294967297 to 'labels:0' \(int32\): out of its range"):
+        s.run(labels, {labels: np.array([1, 2**32 + 1], np.int64)})
+    with pytest.raises(TypeError, match="feed_dict must be a dict"):
+        s.run(double, [(x, np.zeros((2, 3), F32))])
+    with pytest.raises(TypeError, match="graph must be an fqcore.graph.Graph or None, got str"):
+        G.Session("x")
 
 
 def test_unfed_placeholder_is_an_error_naming_it(small):

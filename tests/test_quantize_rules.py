@@ -883,7 +883,10 @@ def test_graph_with_an_optimizer_is_refused(rewrite, optimizer):
     ({"weight_bits": "8"}, "weight_bits"), ({"activation_bits": 1}, "activation_bits"),
     ({"activation_bits": 17}, "activation_bits"), ({"activation_bits": 8.0}, "activation_bits"),
     ({"quant_delay": -1}, "quant_delay"), ({"freeze_bn_delay": -2}, "freeze_bn_delay"),
-    ({"scope": 3}, "scope"), ({"scope": ["block1"]}, "scope")])
+    ({"scope": 3}, "scope"), ({"scope": ["block1"]}, "scope"),
+    ({"quant_delay": 2**63}, "quant_delay"), ({"freeze_bn_delay": 2**64}, "freeze_bn_delay"),
+    ({"symmetric": "False"}, "symmetric"), ({"symmetric": 1}, "symmetric"),
+    ({"symmetric": None}, "symmetric")])
 def test_invalid_arguments_name_the_argument(kwargs, argument):
     g, x, out = small_net(rewrite=False)
     count = len(g.get_operations())

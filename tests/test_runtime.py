@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import fqcore
@@ -86,5 +87,7 @@ def test_set_num_threads_round_trip():
     try:
         fqcore.set_num_threads(3)
         assert fqcore.get_num_threads() == 3
+        fqcore.set_num_threads(np.int64(2))  # numpy ints, as num_bits takes them
+        assert fqcore.get_num_threads() == 2
     finally:
         fqcore.set_num_threads(previous)

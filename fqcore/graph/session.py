@@ -28,7 +28,11 @@ class Session:
 
     def __init__(self, graph=None, kernel_threads=1):
         from .core import get_default_graph
+        from .core import Graph
         self.graph = graph if graph is not None else get_default_graph()
+        if not isinstance(self.graph, Graph):
+            raise TypeError(f"graph must be an fqcore.graph.Graph or None, got "
+                            f"{type(graph).__name__} {graph!r}")
         if kernel_threads is not None and (isinstance(kernel_threads, bool) or
                                            not isinstance(kernel_threads, int) or kernel_threads < 1):
             raise ValueError(f"kernel_threads must be None or a positive int, got {kernel_threads!r}")
@@ -71,6 +75,9 @@ class Session:
         flat, rebuild = _flatten(fetches)
         elements = [self.graph.as_graph_element(f) for f in flat]
         feeds = {}
+        if feed_dict is not None and not isinstance(feed_dict, dict):
+            raise TypeError(f"feed_dict must be a dict of {{tensor: value}} or None, got "
+                            f"{type(feed_dict).__name__}")
         for key, value in (feed_dict or {}).items():
             tensor = self.graph.as_graph_element(key)
             if not isinstance(tensor, Tensor):
@@ -284,6 +291,14 @@ def _feed_value(tensor, value):
         if not np.can_cast(array.dtype, dtype, "same_kind") and not (
                 array.dtype.kind in "iu" and dtype.kind == "f"):
             raise TypeError(f"cannot feed a {array.dtype} value to {tensor.name!r} ({dtype})")
+        if array.dtype.kind in "iu" and dtype.kind in "iu" and array.size and not np.can_cast(
+                array.dtype, dtype, "safe"):
+            info = np.iinfo(dtype)
+            low, high = array.min(), array.max()
+            if low < info.min or high > info.max:
+                bad = low if low < info.min else high
+                raise ValueError(f"cannot feed {array.dtype} value {bad} to {tensor.name!r} "
+                                 f"({dtype}): out of its range")
         array = array.astype(dtype)
     shape = tensor.shape
     if shape is not None and (len(shape) != array.ndim or any(

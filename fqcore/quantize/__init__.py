@@ -26,8 +26,15 @@ def _check_bits(name, value):
 
 
 def _check_delay(name, value):
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ValueError(f"{name} must be None or a non-negative int, got {value!r}")
+    # The delay is compared with the int64 global step.
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
+                              not 0 <= value < 2**63):
+        raise ValueError(f"{name} must be None or a non-negative int below 2**63, got {value!r}")
+
+
+def _check_flag(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
 
 
 def _create_graph(input_graph, is_training, weight_bits=8, activation_bits=8, symmetric=False,
@@ -39,6 +46,7 @@ def _create_graph(input_graph, is_training, weight_bits=8, activation_bits=8, sy
     _check_bits("activation_bits", activation_bits)
     _check_delay("quant_delay", quant_delay)
     _check_delay("freeze_bn_delay", freeze_bn_delay)
+    _check_flag("symmetric", symmetric)
     if scope is not None and not isinstance(scope, str):
         raise TypeError(f"scope must be a string or None, got {scope!r}")
     found = {op.type for op in graph.get_operations()} & _TRAINING_OPS
@@ -47,7 +55,7 @@ def _create_graph(input_graph, is_training, weight_bits=8, activation_bits=8, sy
     with graph.as_default():
         fold_batch_norms.fold_batch_norms(graph, is_training, freeze_bn_delay)
         insert.quantize(graph, is_training, weight_bits=weight_bits,
-                        activation_bits=activation_bits, symmetric=bool(symmetric),
+                        activation_bits=activation_bits, symmetric=symmetric,
                         quant_delay=quant_delay, scope=scope)
 
 
