@@ -12,6 +12,7 @@ import numpy as np
 
 from . import graph as G
 from . import quantize
+from .atomic_file import write_atomically
 from .datasets import load_digits
 from .malloc import keep_freed_memory
 
@@ -170,7 +171,7 @@ def plot_history(history, path):
     fig.suptitle("fqcore demo: float training, fake-quantized 8-bit from the dashed line, "
                  "batch-norm statistics frozen from the dotted one")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    write_atomically(path, lambda f: fig.savefig(f, dpi=100, format="png"))
     plt.close(fig)
     return path
 
@@ -182,22 +183,50 @@ def _positive(text):
     return value
 
 
+def _non_negative(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return value
+
+
+def _positive_rate(text):
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
+def _output_directory(parser, path):
+    """Creates the output directory up front, so that a bad --out fails before any training."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except (OSError, ValueError) as error:
+        parser.error(f"--out {path!r}: cannot create that directory ({error})")
+    if not os.access(path, os.W_OK | os.X_OK):
+        parser.error(f"--out {path!r}: the directory is not writable")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m fqcore demo", description=__doc__)
     parser.add_argument("--epochs", type=_positive, default=12)
     parser.add_argument("--batch", type=_positive, default=64)
-    parser.add_argument("--quant-delay-epochs", type=int, default=4,
-                        help="epochs of float training before fake quantization starts")
+    parser.add_argument("--quant-delay-epochs", type=int, default=None,
+                        help="epochs of float training before fake quantization starts "
+                             "(default: 4, or every epoch of a shorter run)")
     parser.add_argument("--freeze-bn-epochs", type=int, default=9,
                         help="epoch from which batch-norm statistics are frozen")
-    parser.add_argument("--learning-rate", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--learning-rate", type=_positive_rate, default=0.05)
+    parser.add_argument("--seed", type=_non_negative, default=0)
     parser.add_argument("--out", default="fqcore-demo", help="directory for the model and plots")
     args = parser.parse_args(argv)
+    if args.quant_delay_epochs is None:
+        args.quant_delay_epochs = min(4, args.epochs)
     if not 0 <= args.quant_delay_epochs <= args.epochs:
         parser.error(f"--quant-delay-epochs must be in [0, {args.epochs}], got {args.quant_delay_epochs}")
     if not 0 <= args.freeze_bn_epochs:
         parser.error(f"--freeze-bn-epochs must be >= 0, got {args.freeze_bn_epochs}")
+    _output_directory(parser, args.out)
     keep_freed_memory()
     data = load_digits()
     print(f"fqcore demo: quantization-aware training on {len(data.x_train)} 8x8 digits "
@@ -208,7 +237,6 @@ def main(argv=None):
     g, session, history = train(data, args.epochs, args.batch, args.quant_delay_epochs,
                                 args.freeze_bn_epochs, args.learning_rate, args.seed, sys.stdout)
     print(f"trained in {time.perf_counter() - start:.1f} s")
-    os.makedirs(args.out, exist_ok=True)
     train_graph, train_variables = G.save(session, os.path.join(args.out, "training"))
     float_accuracy, _, _ = evaluate(train_variables, data, quantized=False)
     quant_accuracy, qg, qsession = evaluate(train_variables, data, quantized=True)
@@ -225,8 +253,8 @@ def main(argv=None):
     history.update(quant_delay_epochs=args.quant_delay_epochs,
                    freeze_bn_epochs=args.freeze_bn_epochs, float_accuracy=float_accuracy,
                    quantized_accuracy=quant_accuracy)
-    with open(os.path.join(args.out, "history.json"), "w") as f:
-        json.dump(history, f, indent=1)
+    text = json.dumps(history, indent=1).encode("utf-8")
+    write_atomically(os.path.join(args.out, "history.json"), lambda f: f.write(text))
     plot = plot_history(history, os.path.join(args.out, "training_curves.png"))
     print(f"saved: {model_graph} + {model_variables} (fake-quantized eval graph, trained values), "
           f"{train_graph} + {train_variables} (training state)"

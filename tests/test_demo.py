@@ -8,13 +8,21 @@ import numpy as np
 
 import fqcore.graph as G
 from fqcore import demo
+from fqcore.atomic_file import write_atomically
 from fqcore.datasets import load_digits
 
 
-def test_demo_trains_quantizes_and_saves(tmp_path, capsys):
+def test_demo_trains_quantizes_and_saves(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
+    written = []
+
+    def recording(path, write):  # every file the demo writes goes through write_atomically
+        written.append(os.path.basename(path))
+        return write_atomically(path, write)
+    monkeypatch.setattr(demo, "write_atomically", recording)
     code = demo.main(["--epochs", "5", "--quant-delay-epochs", "2", "--freeze-bn-epochs", "4",
                       "--out", str(out)])
+    assert "history.json" in written
     printed = capsys.readouterr().out
     history = json.loads((out / "history.json").read_text())
     assert len(history["loss"]) == 5 and history["loss"][-1] < history["loss"][0]
@@ -37,15 +45,34 @@ def test_learning_rate_schedule():
     assert rates[:4] == [0.05] * 4 and rates[4:9] == [0.01] * 5 and rates[9:] == [0.002] * 3
 
 
-def test_demo_rejects_bad_arguments(capsys):
-    for argv in (["--epochs", "0"], ["--quant-delay-epochs", "20"], ["--freeze-bn-epochs", "-1"]):
+def test_demo_rejects_bad_arguments(capsys, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for argv, option in ((["--epochs", "0"], "--epochs"),
+                         (["--quant-delay-epochs", "20"], "--quant-delay-epochs"),
+                         (["--freeze-bn-epochs", "-1"], "--freeze-bn-epochs"),
+                         (["--learning-rate", "nan"], "--learning-rate"),
+                         (["--learning-rate", "-0.05"], "--learning-rate"),
+                         (["--learning-rate", "0"], "--learning-rate"),
+                         (["--learning-rate", "inf"], "--learning-rate"),
+                         (["--seed", "-1"], "--seed"),
+                         (["--out", str(a_file)], "--out"),
+                         (["--out", str(a_file / "below")], "--out")):
         try:
-            demo.main(argv)
+            demo.main(argv + (["--out", str(tmp_path / "unused")] if "--out" not in argv else []))
         except SystemExit as exit:
             assert exit.code == 2
         else:
             raise AssertionError(f"{argv} was accepted")
-    assert "--quant-delay-epochs" in capsys.readouterr().err
+        captured = capsys.readouterr()
+        assert option in captured.err and "trained in" not in captured.out, argv
+    assert not (tmp_path / "unused").exists()
+
+
+def test_short_runs_start_quantizing_within_them(tmp_path, capsys):
+    """The default float phase (4 epochs) shortens to fit a shorter run."""
+    assert demo.main(["--epochs", "1", "--out", str(tmp_path / "run")]) in (0, 1)
+    assert "float for 1, then fake-quantized" in capsys.readouterr().out
 
 
 def test_module_entry_point_dispatches(tmp_path):
