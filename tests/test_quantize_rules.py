@@ -395,6 +395,20 @@ def test_rewriting_twice_adds_nothing(quant_delay):
     assert [op.name for op in g.get_operations()] == first
 
 
+@pytest.mark.parametrize("kind", ["conv", "depthwise"])
+@pytest.mark.parametrize("first, second", [
+    (Q.experimental_create_training_graph, Q.experimental_create_training_graph),
+    (Q.experimental_create_eval_graph, Q.experimental_create_training_graph)])
+def test_rewriting_a_folded_graph_again_adds_nothing(kind, first, second):
+    """Its batch norms are folded already (their outputs have no consumers left) and its tensors
+    quantized: a second rewrite, whatever its options, leaves the graph as it is."""
+    g, x = bn_net(kind, rewrite=False)
+    first(g)
+    names = [op.name for op in g.get_operations()]
+    second(g, weight_bits=4)
+    assert [op.name for op in g.get_operations()] == names
+
+
 def test_tensor_already_followed_by_a_fake_quant_is_skipped():
     g = G.Graph()
     with g.as_default():

@@ -1,6 +1,8 @@
 """fqcore.quantize: contrib.quantize's graph rewrite (batch-norm folding, then fake-quant
 insertion), with TF 1.15's function names and defaults. Each call rewrites the graph in place
-and returns None; it must run before an optimizer is attached."""
+and returns None; it must run before an optimizer is attached. As in contrib, folded batch norms
+and quantized tensors are skipped, so rewriting a rewritten graph again changes nothing, whatever
+the second call's options."""
 from ..graph.core import get_default_graph
 from . import fold_batch_norms, insert
 

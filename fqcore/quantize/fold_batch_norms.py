@@ -49,7 +49,9 @@ def _find(graph):
                 continue
         elif layer_op.type not in _LAYER_TYPES:
             continue
-        if not _is_variable_read(layer_op.inputs[1]):
+        # A batch norm whose output nothing reads has nothing to reroute: it was folded already
+        # (a graph rewritten twice), or it ends the graph. contrib's reroute leaves it alone too.
+        if not _is_variable_read(layer_op.inputs[1]) or not output.consumers():
             continue
         match = _Match(layer_op, bn_op, output)
         if match.training:
@@ -114,8 +116,7 @@ def fold_batch_norms(graph, is_training, freeze_bn_delay=None):
                 layer = build.multiply(recip, layer, name="post_conv_mul")
                 layer = build.add(layer, offset, name="correction_add")
             output = build.add(layer, bias, name="add_fold")
-        if common.reroute(output, match.output) == 0:
-            raise ValueError(f"folding batch norms failed: {match.output.name} has no consumers")
+        common.reroute(output, match.output)
         if match.training:
             match.bn_op.attrs["_gradient_op_type"] = "FoldFusedBatchNormGrad"
 
