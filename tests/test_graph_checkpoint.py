@@ -283,6 +283,18 @@ class Interrupted(Exception):
     pass
 
 
+def die_after_three_arrays(monkeypatch):
+    """Makes the next variables write die mid-archive, after its third array."""
+    original, calls = np.lib.format.write_array, []
+
+    def write_some(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 3:
+            raise Interrupted("midway")
+        return original(*args, **kwargs)
+    monkeypatch.setattr(np.lib.format, "write_array", write_some)
+
+
 @pytest.mark.parametrize("where", ["fsync", "replace", "keyboard"])
 def test_interrupted_graph_save_keeps_the_previous_file(tmp_path, monkeypatch, where):
     g = build_model()
@@ -308,17 +320,10 @@ def test_interrupted_variables_save_keeps_the_previous_file(tmp_path, monkeypatc
     path = tmp_path / "v.npz"
     C.save_variables(session, path)
     before, listing = path.read_bytes(), files_in(tmp_path)
-    original, calls = np.lib.format.write_array, []
-
-    def write_some(*args, **kwargs):  # dies after three arrays, mid-archive
-        calls.append(1)
-        if len(calls) > 3:
-            raise Interrupted("midway")
-        return original(*args, **kwargs)
     other = G.Session(g)
     other._store = {k: v + 1 if v.dtype.kind == "f" else v
                     for k, v in session.variable_values().items()}
-    monkeypatch.setattr(np.lib.format, "write_array", write_some)
+    die_after_three_arrays(monkeypatch)
     with pytest.raises(Interrupted):
         C.save_variables(other, path)
     monkeypatch.undo()
@@ -352,14 +357,7 @@ def _same(values, expected):
 def test_save_interrupted_before_its_commit_point_keeps_the_old_checkpoint(tmp_path, monkeypatch):
     """The variables file is the commit point: a save that dies writing it leaves the old pair."""
     session, old_values = _checkpoint_then_change(tmp_path)
-    original, calls = np.lib.format.write_array, []
-
-    def write_some(*args, **kwargs):  # dies after three arrays, mid-archive
-        calls.append(1)
-        if len(calls) > 3:
-            raise Interrupted("midway")
-        return original(*args, **kwargs)
-    monkeypatch.setattr(np.lib.format, "write_array", write_some)
+    die_after_three_arrays(monkeypatch)
     with pytest.raises(Interrupted):
         C.save(session, tmp_path / "ck")
     monkeypatch.undo()
