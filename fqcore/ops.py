@@ -156,8 +156,11 @@ def _scalar(value, name):
         return value
     if type(value) is np.ndarray and value.shape == () and value.dtype == _FLOAT32:
         return float(value)
-    if isinstance(value, (list, tuple)):  # a nested sequence has a rank too, as TF sees it
-        value = np.asarray(value, dtype=_FLOAT32 if np.ndim(value) == 0 else None)
+    if isinstance(value, (list, tuple)):  # a sequence has a rank, as TF's tensor of it has
+        try:
+            value = np.asarray(value)
+        except ValueError:  # ragged
+            raise TypeError(f"`{name}` must be a float32 scalar, got {value!r}") from None
     if isinstance(value, np.ndarray):
         if value.ndim != 0:
             raise ValueError(f"`{name}` must be rank 0 but is rank {value.ndim}")

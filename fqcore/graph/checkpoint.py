@@ -667,23 +667,23 @@ def restore(directory_or_prefix):
     variables_path = _input_path(variables_path, "directory_or_prefix", "variables")
     arrays, meta, graph_copy = _read_variables(variables_path)
     saved_with = meta.get("graph_sha256")
-    if graph_copy is not None and not (os.path.isfile(graph_path)
-                                       and _file_sha256(graph_path) == saved_with):
+    graph_data = None
+    if graph_copy is None or os.path.isfile(graph_path):
+        with _open_for_reading(_input_path(graph_path, "directory_or_prefix", "graph"),
+                               "graph") as f:
+            graph_data = f.read()
+    if graph_copy is not None and (graph_data is None
+                                   or hashlib.sha256(graph_data).hexdigest() != saved_with):
         # A save interrupted after its commit point: the graph is the copy in the variables file.
         graph, _ = _parse_graph(graph_copy, f"{variables_path} ({_GRAPH_KEY})")
     else:
-        graph, digest = _read_graph(_input_path(graph_path, "directory_or_prefix", "graph"))
+        graph, digest = _parse_graph(graph_data, graph_path)
         if saved_with not in (None, digest):
             raise ValueError(f"{variables_path} was saved with a different graph than the one "
                              f"beside it, and holds no copy of its own")
     session = Session(graph)
     _set_variables(session, variables_path, arrays, None, True)
     return graph, session
-
-
-def _file_sha256(path):
-    with _open_for_reading(path, "graph") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 # -- files ----------------------------------------------------------------------------------
