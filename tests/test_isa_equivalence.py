@@ -8,7 +8,7 @@ from helpers import assert_same_bits, run_on
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 3e38, -3e38], np.float32)
 SIZES = [0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000,
          16383, 16384, 16385, 70001]
-CHANNELS = [1, 2, 3, 7, 8, 15, 16, 17, 64, 100, 255, 256, 257, 1000]
+CHANNELS = [1, 2, 3, 7, 8, 15, 16, 17, 64, 100, 255, 256, 257, 1000, 1024, 4096, 4097]
 
 
 def _inputs(n, seed, offset):

@@ -16,6 +16,14 @@
    vector at a time with software prefetch; [65536, 256]: 1.1x against 1.7-1.9x; prefetching on
    top of it measured slower). */
 #define FQ_ROWS_PER_GRID 4
+/* AVX-512 takes 2 rows a step where they are exactly 4 KiB apart (a period of 1024): each row's
+   current line, and each output row's, then falls in one L1 set, and with its 64-byte vectors
+   using each line once, 4 rows a step keep 8 lines in flight there ([1024, 1024], out placed
+   0 / 16 / 128 bytes past x modulo 4 KiB: 127 / 139 / 181 us with 4 rows, 124 / 130 / 153 us with
+   2). Wider 4 KiB multiples keep 4, their grid tables being beyond L1 ([256, 4096]: 144 us against
+   181 with 2), and so does AVX2 (its vectors use each line twice; [1024, 1024]: 153-165 us against
+   172-177 with 2). */
+#define FQ_ROWS_PER_GRID_4K 2
 #define FQ_IN_CACHE_ELEMENTS ((size_t)1 << 21)
 #define FQ_SHORT_PERIOD ((size_t)256)
 
