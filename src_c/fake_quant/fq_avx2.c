@@ -345,5 +345,5 @@ static void nudge_channels__avx2(const float *min, const float *max, size_t chan
 const fq_fake_quant_kernels fq_fake_quant__avx2 = {
     forward_mul__avx2,     forward_div__avx2,       mask__avx2,
     mask_sums__avx2,       channel_forward__avx2,   channel_mask_sums__avx2,
-    nudge_channels__avx2,   NULL,
+    nudge_channels__avx2,   NULL, NULL,
 };

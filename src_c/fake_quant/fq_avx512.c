@@ -399,11 +399,12 @@ static inline void grad_group16(const group16 *v, int count) {
     }
 }
 
-/* Whole periods of `vectors` (1 to 8) vectors, as one flat walk whose grids stay in registers (no
-   grid load per vector, as in the per-tensor loop). Groups of four vectors step through units of
-   lcm(vectors, 4) vectors, so that each vector's position is a constant of the unrolled unit. */
+/* n elements (whole vectors) from the start of a period of `vectors` (1 to 8) vectors, as one flat
+   walk whose grids stay in registers (no grid load per vector, as in the per-tensor loop). Groups
+   of four vectors step through units of lcm(vectors, 4) vectors, so that each vector's position is
+   a constant of the unrolled unit. */
 static inline __attribute__((always_inline)) void grad_in_registers(
-    const float *g, const float *x, float *dx, size_t rows, const fq_grid_table *t, double *acc_min,
+    const float *g, const float *x, float *dx, size_t n, const fq_grid_table *t, double *acc_min,
     double *acc_max, const int vectors) {
     __m512 nmin[8], nmax[8];
     for (int v = 0; v < vectors; ++v) {
@@ -411,7 +412,6 @@ static inline __attribute__((always_inline)) void grad_in_registers(
         nmax[v] = _mm512_loadu_ps(fq_grid_param(t, 16 * (size_t)v, FQ_GRID_NUDGED_MAX));
     }
     const int unit = vectors % 4 == 0 ? vectors : vectors % 2 == 0 ? 2 * vectors : 4 * vectors;
-    const size_t n = rows * 16 * (size_t)vectors;
     size_t i = 0;
     for (; i + 16 * (size_t)unit <= n; i += 16 * (size_t)unit)
 #pragma GCC unroll 8 /* whole units: each vector's grid is then a register, not an indexed load */
@@ -435,6 +435,21 @@ static inline __attribute__((always_inline)) void grad_in_registers(
         const group16 v = {{_mm512_loadu_ps(g + i)}, {_mm512_loadu_ps(x + i)}, {nmin[j % vectors]},
                            {nmax[j % vectors]}, {dx + i}, {acc_min + p}, {acc_max + p}};
         grad_group16(&v, 1);
+    }
+}
+
+/* grad_in_registers for a period of 16 to 128 positions (a multiple of 16). */
+static void grad_registers_by_period(const float *g, const float *x, float *dx, size_t n,
+                                     const fq_grid_table *t, double *acc_min, double *acc_max) {
+    switch (t->period / 16) {
+    case 1: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 1); return;
+    case 2: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 2); return;
+    case 3: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 3); return;
+    case 4: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 4); return;
+    case 5: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 5); return;
+    case 6: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 6); return;
+    case 7: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 7); return;
+    default: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 8); return;
     }
 }
 
@@ -477,21 +492,94 @@ static void channel_mask_sums__avx512(const float *g, const float *x, float *dx,
     const fq_grid_table grids = *table, *t = &grids; /* a local copy: stores cannot change it */
     const size_t period = t->period;
     if (p0 == 0 && p1 == period && period % 16 == 0 && period <= 128) {
-        switch (period / 16) {
-        case 1: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 1); return;
-        case 2: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 2); return;
-        case 3: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 3); return;
-        case 4: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 4); return;
-        case 5: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 5); return;
-        case 6: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 6); return;
-        case 7: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 7); return;
-        default: grad_in_registers(g, x, dx, rows, t, acc_min, acc_max, 8); return;
-        }
+        grad_registers_by_period(g, x, dx, rows * period, t, acc_min, acc_max);
+        return;
     }
     for (size_t r = 0; r < rows; ++r) {
         const size_t base = r * period;
         grad_row(g + base, x + base, dx + base, t, p0, p1, acc_min, acc_max);
     }
+}
+
+/* One partial vector of an aligned walk, `lanes` of it, with the grids of rotated chunk `chunk`.
+   Its other lanes load as g = x = 0, whose products are +0: adding them to the accumulators of
+   the positions they stand for leaves those unchanged, so the sums go in without a branch. */
+static inline void grad_partial16(const float *g, const float *x, float *dx, __mmask16 lanes,
+                                  const float *chunk, double *acc_min, double *acc_max) {
+    const __m512 gv = _mm512_maskz_loadu_ps(lanes, g), xv = _mm512_maskz_loadu_ps(lanes, x);
+    const __m512 nmin = _mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN);
+    const __m512 nmax = _mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX);
+    _mm512_mask_storeu_ps(dx, lanes, _mm512_mul_ps(gv, as_one(between16(xv, nmin, nmax))));
+    add_to_positions(_mm512_mul_ps(gv, as_one(_mm512_cmp_ps_mask(xv, nmin, _CMP_LT_OQ))), acc_min);
+    add_to_positions(_mm512_mul_ps(gv, as_one(_mm512_cmp_ps_mask(xv, nmax, _CMP_GT_OQ))), acc_max);
+}
+
+/* n elements (whole vectors) from the start of a period, grids loaded chunk by chunk through one
+   pointer that wraps with the period. */
+static void grad_flat(const float *g, const float *x, float *dx, size_t n, const fq_grid_table *t,
+                      double *acc_min, double *acc_max) {
+    const size_t period = t->period, chunk_floats = FQ_GRID_CHUNK * FQ_GRID_PARAMS;
+    const float *chunk = t->grid;
+    size_t i = 0, p = 0; /* element i is at position p, the first of `chunk` */
+    for (; i + 64 <= n; i += 64) {
+        group16 v;
+        for (int k = 0; k < 4; ++k) {
+            const size_t at = i + 16 * (size_t)k;
+            v.g[k] = _mm512_loadu_ps(g + at);
+            v.x[k] = _mm512_loadu_ps(x + at);
+            v.nmin[k] = _mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN);
+            v.nmax[k] = _mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX);
+            v.dx[k] = dx + at;
+            v.acc_min[k] = acc_min + p;
+            v.acc_max[k] = acc_max + p;
+            p += 16;
+            chunk += chunk_floats;
+            if (p == period) {
+                p = 0;
+                chunk = t->grid;
+            }
+        }
+        grad_group16(&v, 4);
+    }
+    for (; i < n; i += 16) {
+        const group16 v = {{_mm512_loadu_ps(g + i)}, {_mm512_loadu_ps(x + i)},
+                           {_mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN)},
+                           {_mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX)},
+                           {dx + i}, {acc_min + p}, {acc_max + p}};
+        grad_group16(&v, 1);
+        p += 16;
+        chunk += chunk_floats;
+        if (p == period) {
+            p = 0;
+            chunk = t->grid;
+        }
+    }
+}
+
+/* fq_fake_quant_kernels.channel_mask_sums_aligned: the rows as one walk of 64-byte aligned
+   vectors, each position still meeting its rows in order. Its first and last vectors are partial:
+   positions [0, head) of the first row, and positions [period - 16 + head, period) of the last,
+   both in the rotated table's last chunk; every whole vector between holds the 16 positions of
+   one chunk, whose accumulators start `head` past the chunk's rotated position. */
+static void channel_mask_sums_aligned__avx512(const float *g, const float *x, float *dx,
+                                              size_t rows, const fq_grid_table *table, size_t head,
+                                              double *acc_min, double *acc_max) {
+    const fq_grid_table grids = *table, *t = &grids; /* a local copy: stores cannot change it */
+    const size_t period = t->period, n = rows * period - 16;
+    const float *const last = t->grid + fq_grid_offset(period - 16, 0);
+    g += head;
+    x += head;
+    dx += head;
+    acc_min += head;
+    acc_max += head;
+    grad_partial16(g - 16, x - 16, dx - 16, (__mmask16)(0xffffu << (16 - head)), last,
+                   acc_min + period - 16, acc_max + period - 16);
+    if (period <= 128)
+        grad_registers_by_period(g, x, dx, n, t, acc_min, acc_max);
+    else
+        grad_flat(g, x, dx, n, t, acc_min, acc_max);
+    grad_partial16(g + n, x + n, dx + n, (__mmask16)(0xffffu >> head), last, acc_min + period - 16,
+                   acc_max + period - 16);
 }
 
 /* fq_nudge of 16 ranges, operation for operation (the selection of the zero point as masks). */
@@ -567,5 +655,5 @@ static float scaled_clamp_max__avx512(const float *grid, const float *position_m
 const fq_fake_quant_kernels fq_fake_quant__avx512 = {
     forward_mul__avx512,     forward_div__avx512,       mask__avx512,
     mask_sums__avx512,       channel_forward__avx512,   channel_mask_sums__avx512,
-    nudge_channels__avx512,   scaled_clamp_max__avx512,
+    nudge_channels__avx512,   scaled_clamp_max__avx512, channel_mask_sums_aligned__avx512,
 };

@@ -93,6 +93,14 @@ typedef struct {
        each position's range), else 0. NULL for the other kernels (the check would be wasted). */
     float (*scaled_clamp_max)(const float *grid, const float *position_min,
                               const float *position_max, size_t positions, float span);
+    /* channel_mask_sums over all positions of `rows` periods (a multiple of 16), walked from the
+       first 64-byte aligned element, `head` (1 to 15) elements in, over a table rotated by head
+       (position head + p at rotated position p); position p < head adds into acc_min[period + p]
+       / acc_max[period + p], which the caller moves to p. The same sums as channel_mask_sums:
+       each position still adds its rows in order. NULL for kernels without it. */
+    void (*channel_mask_sums_aligned)(const float *g, const float *x, float *dx, size_t rows,
+                                      const fq_grid_table *table, size_t head, double *acc_min,
+                                      double *acc_max);
 } fq_fake_quant_kernels;
 
 extern const fq_fake_quant_kernels fq_fake_quant__scalar;

@@ -309,5 +309,5 @@ static void nudge_channels__neon(const float *min, const float *max, size_t chan
 const fq_fake_quant_kernels fq_fake_quant__neon = {
     forward_mul__neon,     forward_div__neon,       mask__neon,
     mask_sums__neon,       channel_forward__neon,   channel_mask_sums__neon,
-    nudge_channels__neon,   NULL,
+    nudge_channels__neon,   NULL, NULL,
 };
