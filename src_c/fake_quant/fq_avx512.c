@@ -279,46 +279,73 @@ static inline __attribute__((always_inline)) void forward_flat(const float *x, f
 }
 
 /* `rows` (up to FQ_ROWS_PER_GRID, a constant in each caller), positions [p0, p1), each grid load
-   serving every row. Each step takes FQ_ROWS_PER_GRID vectors, `rows` rows of FQ_ROWS_PER_GRID /
-   rows consecutive vectors, and loads the next step before its stores: the rows are a period
-   apart, so when out sits a few bytes past x modulo 4 KiB (heap arrays often do), a load issued
-   after those stores would wait on them as if it overlapped ([1024, 1024], out 32 bytes past x:
-   1.58x -> 1.35x per-tensor). Two rows going two vectors a step cover out up to 128 bytes past x
-   ([1024, 1024], out 128 bytes past x: 164 -> 129 us; out 0 to 4 KiB past x in steps of 64
-   bytes: at most 1.23x per-tensor, against 1.68x going one vector a step). */
+   serving every row. The rows' next vectors are loaded before this step's stores: the rows are a
+   period apart, so when out sits a few bytes past x modulo 4 KiB (heap arrays often do), a load
+   issued after those stores would wait on them as if it overlapped ([1024, 1024], out 32 bytes
+   past x: 1.58x -> 1.35x per-tensor). */
 static inline __attribute__((always_inline)) void forward_rows_sharing_grid(
     const float *x, float *out, const fq_grid_table *grids, size_t p0, size_t p1, int scaled_clamp,
     const int rows) {
     const size_t period = grids->period;
     const __m512 clamp_max = _mm512_set1_ps(grids->scaled_clamp_max);
-    const int per_row = FQ_ROWS_PER_GRID / rows;
-    const size_t step = 16 * (size_t)per_row;
     size_t p = p0;
-    if (p + step <= p1) {
+    if (p + 16 <= p1) {
         __m512 v[FQ_ROWS_PER_GRID];
-        for (int k = 0; k < rows; ++k)
-            for (int j = 0; j < per_row; ++j) v[k * per_row + j] = _mm512_loadu_ps(x + k * period + p + 16 * j);
-        for (;; p += step) {
-            const int last = p + 2 * step > p1;
+        for (int k = 0; k < rows; ++k) v[k] = _mm512_loadu_ps(x + k * period + p);
+        for (;; p += 16) {
+            const grid16 q = load_grid(grids, p);
+            const int last = p + 32 > p1;
             __m512 next[FQ_ROWS_PER_GRID];
             if (!last)
-                for (int k = 0; k < rows; ++k)
-                    for (int j = 0; j < per_row; ++j)
-                        next[k * per_row + j] = _mm512_loadu_ps(x + k * period + p + step + 16 * j);
-            for (int j = 0; j < per_row; ++j) {
+                for (int k = 0; k < rows; ++k) next[k] = _mm512_loadu_ps(x + k * period + p + 16);
+            for (int k = 0; k < rows; ++k)
+                _mm512_storeu_ps(out + k * period + p, channel_forward16(v[k], &q, scaled_clamp, clamp_max));
+            if (last) break;
+            for (int k = 0; k < rows; ++k) v[k] = next[k];
+        }
+        p += 16;
+    }
+    for (int k = 0; k < rows; ++k)
+        fq_channel_forward_row(x + k * period, out + k * period, grids, p, p1);
+}
+
+/* FQ_ROWS_PER_GRID_4K rows exactly 4 KiB apart, positions [p0, p1): as forward_rows_sharing_grid,
+   but two vectors of each row a step, so that the loads issued before a step's stores reach 128
+   bytes past them ([1024, 1024], out 128 bytes past x: 164 -> 129 us; out 0 to 4 KiB past x in
+   steps of 64 bytes: at most 1.23x per-tensor, against 1.68x with one vector a step). A single
+   walk for both measured 3% slower at four rows ([8192, 128], median over placements of out:
+   122 against 118 us). */
+static inline __attribute__((always_inline)) void forward_row_pairs_4k(
+    const float *x, float *out, const fq_grid_table *grids, size_t p0, size_t p1, int scaled_clamp) {
+    enum { ROWS = FQ_ROWS_PER_GRID_4K, VECTORS = 2 };
+    const size_t period = grids->period;
+    const __m512 clamp_max = _mm512_set1_ps(grids->scaled_clamp_max);
+    size_t p = p0;
+    if (p + 16 * VECTORS <= p1) {
+        __m512 v[ROWS][VECTORS];
+        for (int k = 0; k < ROWS; ++k)
+            for (int j = 0; j < VECTORS; ++j) v[k][j] = _mm512_loadu_ps(x + k * period + p + 16 * j);
+        for (;; p += 16 * VECTORS) {
+            const int last = p + 32 * VECTORS > p1;
+            __m512 next[ROWS][VECTORS];
+            if (!last)
+                for (int k = 0; k < ROWS; ++k)
+                    for (int j = 0; j < VECTORS; ++j)
+                        next[k][j] = _mm512_loadu_ps(x + k * period + p + 16 * (VECTORS + j));
+            for (int j = 0; j < VECTORS; ++j) {
                 const grid16 q = load_grid(grids, p + 16 * j);
-                for (int k = 0; k < rows; ++k)
+                for (int k = 0; k < ROWS; ++k)
                     _mm512_storeu_ps(out + k * period + p + 16 * j,
-                                     channel_forward16(v[k * per_row + j], &q, scaled_clamp, clamp_max));
+                                     channel_forward16(v[k][j], &q, scaled_clamp, clamp_max));
             }
             if (last) break;
-            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k) v[k] = next[k];
+            for (int k = 0; k < ROWS; ++k)
+                for (int j = 0; j < VECTORS; ++j) v[k][j] = next[k][j];
         }
-        p += step;
+        p += 16 * VECTORS;
     }
-    /* Fewer than `step` positions left: with two rows a step, a 16-position vector can be left
-       only when threads split a period unevenly, which takes more than 64 threads at 4 KiB rows. */
-    for (int k = 0; k < rows; ++k)
+    /* A single vector left here takes more than 64 threads splitting a period of 1024. */
+    for (int k = 0; k < ROWS; ++k)
         fq_channel_forward_row(x + k * period, out + k * period, grids, p, p1);
 }
 
@@ -333,8 +360,7 @@ static inline __attribute__((always_inline)) void channel_forward_walk(
     size_t r = 0;
     if (period * sizeof(float) == 4096)
         for (; r + FQ_ROWS_PER_GRID_4K <= rows; r += FQ_ROWS_PER_GRID_4K)
-            forward_rows_sharing_grid(x + r * period, out + r * period, grids, p0, p1, scaled_clamp,
-                                      FQ_ROWS_PER_GRID_4K);
+            forward_row_pairs_4k(x + r * period, out + r * period, grids, p0, p1, scaled_clamp);
     for (; r + FQ_ROWS_PER_GRID <= rows; r += FQ_ROWS_PER_GRID)
         forward_rows_sharing_grid(x + r * period, out + r * period, grids, p0, p1, scaled_clamp,
                                   FQ_ROWS_PER_GRID);
