@@ -425,6 +425,19 @@ static inline void grad_group16(const group16 *v, int count) {
     }
 }
 
+/* Vector k of a group: its data at element `at`, its grids from table chunk `chunk`, and the
+   accumulators of its positions. */
+static inline void group_vector(group16 *v, int k, const float *g, const float *x, float *dx,
+                                size_t at, const float *chunk, double *acc_min, double *acc_max) {
+    v->g[k] = _mm512_loadu_ps(g + at);
+    v->x[k] = _mm512_loadu_ps(x + at);
+    v->nmin[k] = _mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN);
+    v->nmax[k] = _mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX);
+    v->dx[k] = dx + at;
+    v->acc_min[k] = acc_min;
+    v->acc_max[k] = acc_max;
+}
+
 /* n elements (whole vectors) from the start of a period of `vectors` (1 to 8) vectors, as one flat
    walk whose grids stay in registers (no grid load per vector, as in the per-tensor loop). Groups
    of four vectors step through units of lcm(vectors, 4) vectors, so that each vector's position is
@@ -489,22 +502,15 @@ static void grad_row(const float *g, const float *x, float *dx, const fq_grid_ta
         group16 v;
         for (int k = 0; k < 4; ++k) {
             const size_t at = p + 16 * (size_t)k;
-            const float *grid = chunk + (size_t)k * FQ_GRID_CHUNK * FQ_GRID_PARAMS;
-            v.g[k] = _mm512_loadu_ps(g + at);
-            v.x[k] = _mm512_loadu_ps(x + at);
-            v.nmin[k] = _mm512_loadu_ps(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN);
-            v.nmax[k] = _mm512_loadu_ps(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX);
-            v.dx[k] = dx + at;
-            v.acc_min[k] = acc_min + at;
-            v.acc_max[k] = acc_max + at;
+            group_vector(&v, k, g, x, dx, at, chunk + (size_t)k * FQ_GRID_CHUNK * FQ_GRID_PARAMS,
+                         acc_min + at, acc_max + at);
         }
         grad_group16(&v, 4);
     }
     for (; p + 16 <= p1; p += 16) {
-        const group16 v = {{_mm512_loadu_ps(g + p)}, {_mm512_loadu_ps(x + p)},
-                           {_mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MIN))},
-                           {_mm512_loadu_ps(fq_grid_param(t, p, FQ_GRID_NUDGED_MAX))},
-                           {dx + p}, {acc_min + p}, {acc_max + p}};
+        group16 v;
+        group_vector(&v, 0, g, x, dx, p, fq_grid_param(t, p, FQ_GRID_NUDGED_MIN), acc_min + p,
+                     acc_max + p);
         grad_group16(&v, 1);
     }
     fq_channel_row(g, x, dx, t, p, p1, acc_min, acc_max);
@@ -550,14 +556,7 @@ static void grad_flat(const float *g, const float *x, float *dx, size_t n, const
     for (; i + 64 <= n; i += 64) {
         group16 v;
         for (int k = 0; k < 4; ++k) {
-            const size_t at = i + 16 * (size_t)k;
-            v.g[k] = _mm512_loadu_ps(g + at);
-            v.x[k] = _mm512_loadu_ps(x + at);
-            v.nmin[k] = _mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN);
-            v.nmax[k] = _mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX);
-            v.dx[k] = dx + at;
-            v.acc_min[k] = acc_min + p;
-            v.acc_max[k] = acc_max + p;
+            group_vector(&v, k, g, x, dx, i + 16 * (size_t)k, chunk, acc_min + p, acc_max + p);
             p += 16;
             chunk += chunk_floats;
             if (p == period) {
@@ -568,10 +567,8 @@ static void grad_flat(const float *g, const float *x, float *dx, size_t n, const
         grad_group16(&v, 4);
     }
     for (; i < n; i += 16) {
-        const group16 v = {{_mm512_loadu_ps(g + i)}, {_mm512_loadu_ps(x + i)},
-                           {_mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN)},
-                           {_mm512_loadu_ps(chunk + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX)},
-                           {dx + i}, {acc_min + p}, {acc_max + p}};
+        group16 v;
+        group_vector(&v, 0, g, x, dx, i, chunk, acc_min + p, acc_max + p);
         grad_group16(&v, 1);
         p += 16;
         chunk += chunk_floats;
