@@ -501,11 +501,13 @@ static fq_status channel_grad(const fq_fake_quant_kernels *k, const float *g, co
         job.k->channel_mask_sums(g + rows * period, x + rows * period, dx + rows * period, 1,
                                  &s.table, 0, rest, last, last + acc_stride);
     /* An aligned walk left positions [0, head) past the period; their slots at p are still +0. */
-    for (size_t b = 0; b < blocks && job.head > 0; ++b)
-        for (size_t p = 0; p < job.head; ++p) {
+    if (job.head > 0)
+        for (size_t b = 0; b < blocks; ++b) {
             double *acc = job.partials + b * 2 * acc_stride;
-            acc[p] = acc[period + p];
-            acc[acc_stride + p] = acc[acc_stride + period + p];
+            for (size_t p = 0; p < job.head; ++p) {
+                acc[p] = acc[period + p];
+                acc[acc_stride + p] = acc[acc_stride + period + p];
+            }
         }
     /* Each channel's sums: the blocks in order, in each block its positions in order. They are
        folded into block 0's first period of positions, which hold each sum's first term (the
