@@ -278,34 +278,33 @@ static inline __attribute__((always_inline)) void forward_flat(const float *x, f
     }
 }
 
-/* `rows` (up to FQ_ROWS_PER_GRID, a constant in each caller), positions [p0, p1), each grid load
-   serving every row. The rows' next vectors are loaded before this step's stores: the rows are a
-   period apart, so when out sits a few bytes past x modulo 4 KiB (heap arrays often do), a load
-   issued after those stores would wait on them as if it overlapped ([1024, 1024], out 32 bytes
-   past x: 1.58x -> 1.35x per-tensor). */
+/* FQ_ROWS_PER_GRID rows, positions [p0, p1), each grid load serving every row. The rows' next
+   vectors are loaded before this step's stores: the rows are a period apart, so when out sits a
+   few bytes past x modulo 4 KiB (heap arrays often do), a load issued after those stores would
+   wait on them as if it overlapped ([1024, 1024], out 32 bytes past x: 1.58x -> 1.35x
+   per-tensor). */
 static inline __attribute__((always_inline)) void forward_rows_sharing_grid(
-    const float *x, float *out, const fq_grid_table *grids, size_t p0, size_t p1, int scaled_clamp,
-    const int rows) {
+    const float *x, float *out, const fq_grid_table *grids, size_t p0, size_t p1, int scaled_clamp) {
     const size_t period = grids->period;
     const __m512 clamp_max = _mm512_set1_ps(grids->scaled_clamp_max);
     size_t p = p0;
     if (p + 16 <= p1) {
         __m512 v[FQ_ROWS_PER_GRID];
-        for (int k = 0; k < rows; ++k) v[k] = _mm512_loadu_ps(x + k * period + p);
+        for (int k = 0; k < FQ_ROWS_PER_GRID; ++k) v[k] = _mm512_loadu_ps(x + k * period + p);
         for (;; p += 16) {
             const grid16 q = load_grid(grids, p);
             const int last = p + 32 > p1;
             __m512 next[FQ_ROWS_PER_GRID];
             if (!last)
-                for (int k = 0; k < rows; ++k) next[k] = _mm512_loadu_ps(x + k * period + p + 16);
-            for (int k = 0; k < rows; ++k)
+                for (int k = 0; k < FQ_ROWS_PER_GRID; ++k) next[k] = _mm512_loadu_ps(x + k * period + p + 16);
+            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
                 _mm512_storeu_ps(out + k * period + p, channel_forward16(v[k], &q, scaled_clamp, clamp_max));
             if (last) break;
-            for (int k = 0; k < rows; ++k) v[k] = next[k];
+            for (int k = 0; k < FQ_ROWS_PER_GRID; ++k) v[k] = next[k];
         }
         p += 16;
     }
-    for (int k = 0; k < rows; ++k)
+    for (int k = 0; k < FQ_ROWS_PER_GRID; ++k)
         fq_channel_forward_row(x + k * period, out + k * period, grids, p, p1);
 }
 
@@ -362,8 +361,7 @@ static inline __attribute__((always_inline)) void channel_forward_walk(
         for (; r + FQ_ROWS_PER_GRID_4K <= rows; r += FQ_ROWS_PER_GRID_4K)
             forward_row_pairs_4k(x + r * period, out + r * period, grids, p0, p1, scaled_clamp);
     for (; r + FQ_ROWS_PER_GRID <= rows; r += FQ_ROWS_PER_GRID)
-        forward_rows_sharing_grid(x + r * period, out + r * period, grids, p0, p1, scaled_clamp,
-                                  FQ_ROWS_PER_GRID);
+        forward_rows_sharing_grid(x + r * period, out + r * period, grids, p0, p1, scaled_clamp);
     const __m512 clamp_max = _mm512_set1_ps(grids->scaled_clamp_max);
     for (; r < rows; ++r) {
         const float *xr = x + r * period;
@@ -546,23 +544,27 @@ static inline void grad_partial16(const float *g, const float *x, float *dx, __m
     add_to_positions(_mm512_mul_ps(gv, as_one(_mm512_cmp_ps_mask(xv, nmax, _CMP_GT_OQ))), acc_max);
 }
 
+/* The next chunk of a walk at position p of a period, wrapping to the period's start. */
+static inline void next_chunk(const fq_grid_table *t, size_t *p, const float **chunk) {
+    *p += 16;
+    *chunk += FQ_GRID_CHUNK * FQ_GRID_PARAMS;
+    if (*p == t->period) {
+        *p = 0;
+        *chunk = t->grid;
+    }
+}
+
 /* n elements (whole vectors) from the start of a period, grids loaded chunk by chunk through one
    pointer that wraps with the period. */
 static void grad_flat(const float *g, const float *x, float *dx, size_t n, const fq_grid_table *t,
                       double *acc_min, double *acc_max) {
-    const size_t period = t->period, chunk_floats = FQ_GRID_CHUNK * FQ_GRID_PARAMS;
     const float *chunk = t->grid;
     size_t i = 0, p = 0; /* element i is at position p, the first of `chunk` */
     for (; i + 64 <= n; i += 64) {
         group16 v;
         for (int k = 0; k < 4; ++k) {
             group_vector(&v, k, g, x, dx, i + 16 * (size_t)k, chunk, acc_min + p, acc_max + p);
-            p += 16;
-            chunk += chunk_floats;
-            if (p == period) {
-                p = 0;
-                chunk = t->grid;
-            }
+            next_chunk(t, &p, &chunk);
         }
         grad_group16(&v, 4);
     }
@@ -570,12 +572,7 @@ static void grad_flat(const float *g, const float *x, float *dx, size_t n, const
         group16 v;
         group_vector(&v, 0, g, x, dx, i, chunk, acc_min + p, acc_max + p);
         grad_group16(&v, 1);
-        p += 16;
-        chunk += chunk_floats;
-        if (p == period) {
-            p = 0;
-            chunk = t->grid;
-        }
+        next_chunk(t, &p, &chunk);
     }
 }
 
