@@ -10,6 +10,7 @@ input: the fused batch min/max (``fqcore.observe.batch_range``) and one fake-qua
 """
 import abc
 import inspect
+import math
 import numbers
 from collections.abc import Mapping
 
@@ -459,9 +460,8 @@ def _bound(value, name):
         raise TypeError(f"{name} must be a float, got {value!r}")
     value = int(value) if isinstance(value, numbers.Integral) else float(value)
     try:
-        with np.errstate(over="ignore"):
-            finite = bool(np.isfinite(np.float32(value)))
-    except OverflowError:  # an int beyond any float
+        finite = math.isfinite(ops._to_float32(value, name))
+    except ValueError:  # an int beyond any float
         finite = False
     if not finite:
         raise ValueError(f"{name} must be finite as a float32, got {value!r}")

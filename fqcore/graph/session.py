@@ -27,8 +27,7 @@ class Session:
     on 2 cores). Results never depend on the thread count."""
 
     def __init__(self, graph=None, kernel_threads=1):
-        from .core import get_default_graph
-        from .core import Graph
+        from .core import Graph, get_default_graph
         self.graph = graph if graph is not None else get_default_graph()
         if not isinstance(self.graph, Graph):
             raise TypeError(f"graph must be an fqcore.graph.Graph or None, got "
