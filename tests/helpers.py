@@ -37,6 +37,15 @@ def assert_same_bits(actual, expected):
         raise AssertionError("\n".join(lines))
 
 
+def placed(array, floats_past_line):
+    """A copy of `array` (float32) starting `floats_past_line` floats past a 64-byte boundary."""
+    buffer = np.empty(array.size + 32, np.float32)
+    start = (-(buffer.ctypes.data // 4)) % 16 + floats_past_line
+    copy = buffer[start:start + array.size].reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
 def run_on(isa_name, fn, threads=None):
     """fn() with `isa_name` active (and `threads` threads when given); the settings are restored."""
     import fqcore

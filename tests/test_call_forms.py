@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fqcore
+from helpers import placed
 
 N = 1000  # several 64-element kernel blocks, so a write that lands ahead of a read would show
 RNG = np.random.default_rng(7)
@@ -179,24 +180,21 @@ def per_column_args(data, lo, hi, num_bits=8, narrow_range=False):
 
 @pytest.mark.parametrize("channels", [16, 24, 128, 1000])
 def test_per_channel_forward_wherever_the_arrays_start(channels, isa):
-    """The per-channel forward walks from the first 64-byte aligned output element over a grid
-    table rotated to match; every start offset must still give each element its own channel's
-    grid. Reference: each channel alone through the Args op, whose formula (multiplying by
-    inv_scale) and nudge are the per-channel op's."""
+    """The per-channel forward walks from the first element whose input is 64-byte aligned, over
+    a grid table rotated to match; every start offset of x and of out must still give each element
+    its own channel's grid. Reference: each channel alone through the Args op, whose formula
+    (multiplying by inv_scale) and nudge are the per-channel op's."""
     rng = np.random.default_rng(channels)
     rows = 40
     lo = rng.uniform(-8, -0.5, channels).astype(np.float32)
     hi = rng.uniform(0.5, 8, channels).astype(np.float32)
     data = rng.uniform(-9, 9, (rows, channels)).astype(np.float32)
     expected = per_column_args(data, lo, hi)
-    raw = np.empty(rows * channels + 64, np.float32)
-    base = (-raw.ctypes.data // 4) % 16  # index of the first 64-byte aligned element
     for x_offset in range(16):
         for out_offset in (x_offset, (x_offset + 5) % 16):
-            x = np.empty(rows * channels + 64, np.float32)[x_offset:x_offset + rows * channels]
-            x[:] = data.ravel()
-            out = raw[base + out_offset:base + out_offset + rows * channels].reshape(rows, channels)
-            fqcore.fake_quant_with_min_max_vars_per_channel(x.reshape(rows, channels), lo, hi, out=out)
+            x = placed(data, x_offset)
+            out = placed(np.zeros_like(data), out_offset)
+            fqcore.fake_quant_with_min_max_vars_per_channel(x, lo, hi, out=out)
             np.testing.assert_array_equal(out, expected, err_msg=f"x at +{x_offset}, out at +{out_offset}")
 
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import fqcore
-from helpers import assert_same_bits, run_on
+from helpers import assert_same_bits, placed, run_on
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 3e38, -3e38], np.float32)
 SIZES = [0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000,
@@ -68,15 +68,6 @@ def test_per_channel_simd_equals_scalar(isa, channels):
             assert_same_bits(a, e)
 
 
-def _placed(a, floats_past_line):
-    """A copy of `a` starting `floats_past_line` floats past a 64-byte boundary."""
-    buffer = np.empty(a.size + 32, np.float32)
-    start = (-(buffer.ctypes.data // 4)) % 16 + floats_past_line
-    placed = buffer[start:start + a.size].reshape(a.shape)
-    placed[...] = a
-    return placed
-
-
 @pytest.mark.parametrize("channels", [16, 48, 128, 1000, 1024])
 def test_per_channel_gradient_from_any_alignment(isa, channels):
     """Gradients of 2**17 elements and more walk from the first element whose x is 64-byte aligned;
@@ -89,10 +80,10 @@ def test_per_channel_gradient_from_any_alignment(isa, channels):
     lo = rng.uniform(-7, 0, channels).astype(np.float32)
     hi = (lo + rng.uniform(0, 8, channels)).astype(np.float32)
     for x_past, g_past in ((1, 1), (4, 0), (12, 7), (15, 15)):
-        xs, gs = _placed(x, x_past), _placed(g, g_past)
+        xs, gs = placed(x, x_past), placed(g, g_past)
         expected = run_on("scalar", lambda: fqcore.fake_quant_with_min_max_vars_per_channel_gradient(gs, xs, lo, hi), threads=1)
         for threads in (1, 2):
-            out = _placed(np.zeros_like(x), (x_past + 3) % 16)
+            out = placed(np.zeros_like(x), (x_past + 3) % 16)
             actual = run_on(isa, lambda: fqcore.fake_quant_with_min_max_vars_per_channel_gradient(gs, xs, lo, hi, out=out), threads=threads)
             for a, e in zip(actual, expected):
                 assert_same_bits(np.asarray(a), np.asarray(e))
