@@ -29,8 +29,11 @@ def build_model(training, width=32, seed=0):
     with g.as_default():
         images = G.placeholder("float32", [None, 8, 8, 1], name="images")
         labels = G.placeholder("int32", [None], name="labels")
+        # The input's range, for the integer model: pixels are k/16, so a scale of 1/16 holds
+        # them exactly and this fake quant changes no value (training is as without it).
+        x = G.fake_quant_with_min_max_args(images, min=0.0, max=255 / 16, name="input_quant")
         bn = dict(momentum=0.9, epsilon=1e-3)
-        x = L.conv2d(images, width, 3, activation="relu6", batch_norm=bn, is_training=training,
+        x = L.conv2d(x, width, 3, activation="relu6", batch_norm=bn, is_training=training,
                      scope="conv1")
         with g.name_scope("block1"):
             y = L.depthwise_conv2d(x, 3, activation="relu6", batch_norm=bn,
