@@ -1,4 +1,5 @@
-"""`python -m fqcore demo`: the QAT demo (fqcore/demo.py). `python -m fqcore` (or `check`): the
+"""`python -m fqcore demo`: the QAT demo (fqcore/demo.py). `python -m fqcore export`: a saved eval
+model to .tflite / ONNX (fqcore/deploy/cli.py). `python -m fqcore` (or `check`): the
 configuration, a self-check against TF-measured vectors, a speed table."""
 import sys
 import time
@@ -116,8 +117,12 @@ def main(argv=None):
     if argv and argv[0] == "demo":
         from . import demo
         return demo.main(argv[1:])
+    if argv and argv[0] == "export":
+        from .deploy import cli
+        return cli.main(argv[1:])
     if argv and argv != ["check"]:
-        print(f"usage: python -m fqcore [check | demo [--help]], got {' '.join(argv)!r}",
+        print(f"usage: python -m fqcore [check | demo [--help] | export [--help]], got "
+              f"{' '.join(argv)!r}",
               file=sys.stderr)
         return 2
     print("fqcore configuration")

@@ -14,6 +14,7 @@ from . import graph as G
 from . import quantize
 from .atomic_file import write_atomically
 from .datasets import load_digits
+from .deploy import cli
 from .malloc import keep_freed_memory
 
 CLASSES = 10
@@ -46,6 +47,9 @@ def build_model(training, width=32, seed=0):
         x = L.global_avg_pool(x, scope="pool")
         logits = L.dense(x, CLASSES, scope="logits")
         loss = L.sparse_softmax_cross_entropy(labels, logits)
+    # What `python -m fqcore export` takes as the model's input and output.
+    g.add_to_collection(cli.SERVING_INPUTS, images)
+    g.add_to_collection(cli.SERVING_OUTPUTS, logits)
     return g, images, labels, logits, loss
 
 

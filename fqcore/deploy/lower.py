@@ -419,6 +419,13 @@ class _Lowering:
         return [weights_name, bias_name]
 
     def _output(self, tensor):
+        value = self.values.get(tensor)
+        if isinstance(value, _Pending) and value.emitted is None and value.default is None:
+            # An output before its fake quant (the logits a model builder returned, read by the
+            # act_quant the rewrite inserted): the integer model ends on that range.
+            fake_quants = [op for op in tensor.consumers() if op.type in _FAKE_QUANTS]
+            if len(fake_quants) == 1:
+                self._fake_quant(fake_quants[0])
         x = self._quantized(tensor, tensor.op)
         if self.output_type == "float32":
             name = _tensor_name(tensor) + "/dequantize"
