@@ -61,6 +61,12 @@ class _Lowering:
     # -- the walk ---------------------------------------------------------------------------
     def run(self):
         order = self._computation_order()
+        for op in order:
+            if op.type in _TRAINING_ONLY or (op.type == "FusedBatchNormV3"
+                                             and op.attrs.get("is_training")):
+                raise ValueError(f"op {op.name!r} ({op.type}) only runs in training graphs: "
+                                 f"export the eval graph (experimental_create_eval_graph) with "
+                                 f"the trained variables loaded")
         self.dtype = self._choose_dtype(order)
         for op in order:
             self._lower(op)
@@ -153,10 +159,6 @@ class _Lowering:
     # -- one graph op -----------------------------------------------------------------------
     def _lower(self, op):
         kind = op.type
-        if kind in _TRAINING_ONLY or (kind == "FusedBatchNormV3" and op.attrs.get("is_training")):
-            raise ValueError(f"op {op.name!r} ({kind}) only runs in training graphs: export the "
-                             f"eval graph (experimental_create_eval_graph) with the trained "
-                             f"variables loaded")
         if kind == "Placeholder":
             self.values[op.outputs[0]] = _FloatInput(op.name)
         elif kind in _FAKE_QUANTS:
