@@ -1,5 +1,6 @@
 """Fake-quant insertion (contrib's quantize.Quantize): the layer patterns, where each quantizer
-goes, its name and range tracker, quant_delay, scope filtering and leftover Add/Mul ops."""
+goes, its name and range tracker, quant_delay, scope filtering and leftover Add/Mul ops; plus
+fqcore's weight options (symmetric weights alone, per-channel weights for int8 backends)."""
 import numpy as np
 
 from ..graph import build
@@ -96,15 +97,17 @@ class _Inserter:
     """Inserts quantizers with one set of options; consumers are those before any insertion."""
 
     def __init__(self, graph, is_training, weight_bits, activation_bits, symmetric, ema_decay,
-                 quant_delay, scope):
+                 quant_delay, scope, weight_symmetric=None, weight_per_channel=False):
         self.graph = graph
         self.is_training = is_training
         self.weight_bits = weight_bits
         self.activation_bits = activation_bits
         self.symmetric = symmetric
+        self.weight_symmetric = symmetric if weight_symmetric is None else weight_symmetric
+        self.weight_per_channel = weight_per_channel
         self.ema_decay = ema_decay
         self.quant_delay = quant_delay
-        self.scope = scope + "/" if scope and not scope.endswith("/") else scope
+        self.scope = _scope_prefix(scope)
         self.consumers = {}
         for op in graph.get_operations():
             for t in op.inputs:
@@ -116,10 +119,12 @@ class _Inserter:
         return list(self.consumers.get(op, []))
 
     def insert(self, context, name, producer, consumers, moving_avg, bits, init_min=-6.0,
-               narrow_range=False, producer_scope=False, consumer_scope=False, symmetric=None):
+               narrow_range=False, producer_scope=False, consumer_scope=False, symmetric=None,
+               per_channel=False, depthwise=False):
         """contrib's _InsertQuantOp: skip out-of-scope producers/consumers and already
         quantized tensors; build the tracker and fake quant; reroute the consumers. Symmetric
-        ranges follow the rewrite's option unless `symmetric` says otherwise."""
+        ranges follow the rewrite's option unless `symmetric` says otherwise; per_channel and
+        depthwise go to last_value_quantize."""
         scope = self.scope
         if producer_scope and scope and not producer.name.startswith(scope):
             return
@@ -139,7 +144,8 @@ class _Inserter:
             else:
                 quant = quant_ops.last_value_quantize(
                     g, x, prefix, self.is_training, init_min=init_min, num_bits=bits,
-                    narrow_range=narrow_range, symmetric=symmetric)
+                    narrow_range=narrow_range, symmetric=symmetric, per_channel=per_channel,
+                    depthwise=depthwise)
             if self.quant_delay and self.quant_delay > 0:
                 active = build.greater_equal(common.quantization_step(g),
                                              np.int64(self.quant_delay),
@@ -153,9 +159,14 @@ class _Inserter:
     def quantize_layer(self, match):
         context = common.context_of(match.layer_op.name)
         if match.weight is not None:
+            # Per channel: symmetric narrow ranges put every channel's zero point at int8 0,
+            # which TFLite's int8 kernels require of weights.
+            per_channel = self.weight_per_channel
             self.insert(context, "weights_quant", match.weight.op,
                         self.consumers_of(match.weight.op), moving_avg=False,
-                        bits=self.weight_bits, narrow_range=True, consumer_scope=True)
+                        bits=self.weight_bits, narrow_range=True, consumer_scope=True,
+                        symmetric=per_channel or self.weight_symmetric, per_channel=per_channel,
+                        depthwise=per_channel and match.layer_op.type == "DepthwiseConv2dNative")
         quantized = set()
         add_context = context
         if match.activation_op is not None:
@@ -227,11 +238,34 @@ def _followed_by_fake_quant(tensor):
     return False
 
 
+def _scope_prefix(scope):
+    return scope + "/" if scope and not scope.endswith("/") else scope
+
+
+def check_per_channel_weights(graph, scope=None):
+    """Per-channel weight quantizers quantize along the weights' last axis, the output channels
+    of a layer reading them as its second input (MatMul without transpose_b). Raises ValueError,
+    before anything is rewritten, for a layer whose weights would be quantized otherwise."""
+    scope = _scope_prefix(scope)
+    for match in _find_layers(graph):
+        op, weight = match.layer_op, match.weight
+        if (weight is None or _followed_by_fake_quant(weight) or
+                (scope and any(not c.name.startswith(scope) for c in weight.consumers()))):
+            continue
+        if op.inputs[1] is not weight or op.attrs.get("transpose_b"):
+            raise ValueError(f"weight_per_channel=True quantizes weights along their last axis, "
+                             f"but {op.type} {op.name!r} reads {weight.name} "
+                             f"{'transposed' if op.inputs[1] is weight else 'as its first input'}")
+
+
 def quantize(graph, is_training, weight_bits=8, activation_bits=8, symmetric=False,
-             ema_decay=0.999, quant_delay=None, scope=None):
-    """Inserts the fake quant ops into `graph` in place."""
+             ema_decay=0.999, quant_delay=None, scope=None, weight_symmetric=None,
+             weight_per_channel=False):
+    """Inserts the fake quant ops into `graph` in place. weight_symmetric (None: `symmetric`)
+    sets the weight quantizers' symmetric flag alone; weight_per_channel makes them per
+    output channel, symmetric and narrow."""
     inserter = _Inserter(graph, is_training, weight_bits, activation_bits, symmetric, ema_decay,
-                         quant_delay, scope)
+                         quant_delay, scope, weight_symmetric, weight_per_channel)
     quantized = set()
     for match in _find_layers(graph):
         quantized |= inserter.quantize_layer(match)

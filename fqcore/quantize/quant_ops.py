@@ -1,15 +1,16 @@
-"""The range trackers contrib inserts: LastValueQuantize (weights) and MovingAvgQuantize
-(activations, zero-debiased EMA), built from graph ops with contrib's names."""
+"""The range trackers contrib inserts: LastValueQuantize (weights, per tensor or per channel) and
+MovingAvgQuantize (activations, zero-debiased EMA), built from graph ops with contrib's names."""
 import numpy as np
 
 from ..graph import build
 from ..graph.variables import variable
 
 
-def _range(x, num_bits, narrow_range, symmetric):
-    """Batch min/max of x widened to contain 0 (or made symmetric), as quantizers.md says."""
-    batch_min = build.reduce_min(x, name="BatchMin")
-    batch_max = build.reduce_max(x, name="BatchMax")
+def _range(x, num_bits, narrow_range, symmetric, axis=None):
+    """Batch min/max of x (over `axis`, None: all) widened to contain 0 (or made symmetric),
+    as quantizers.md says; elementwise per channel."""
+    batch_min = build.reduce_min(x, axis=axis, name="BatchMin")
+    batch_max = build.reduce_max(x, axis=axis, name="BatchMax")
     if symmetric:
         ratio = -1.0 if narrow_range else -((1 << num_bits) - 2) / (1 << num_bits)
         return (build.minimum(batch_min, build.divide(batch_max, np.float32(ratio))),
@@ -17,31 +18,48 @@ def _range(x, num_bits, narrow_range, symmetric):
     return build.minimum(batch_min, np.float32(0.0)), build.maximum(batch_max, np.float32(0.0))
 
 
-def _min_max_variables(init_min, init_max):
-    return (variable("min", np.float32(init_min), trainable=False),
-            variable("max", np.float32(init_max), trainable=False))
+def _min_max_variables(init_min, init_max, shape=()):
+    return (variable("min", np.full(shape, init_min, np.float32), trainable=False),
+            variable("max", np.full(shape, init_max, np.float32), trainable=False))
 
 
-def _fake_quant(x, lo, hi, num_bits, narrow_range):
-    return build.fake_quant_with_min_max_vars(x, lo, hi, num_bits=num_bits,
-                                              narrow_range=narrow_range)
+def _fake_quant(x, lo, hi, num_bits, narrow_range, per_channel=False):
+    fake_quant = (build.fake_quant_with_min_max_vars_per_channel if per_channel
+                  else build.fake_quant_with_min_max_vars)
+    return fake_quant(x, lo, hi, num_bits=num_bits, narrow_range=narrow_range)
 
 
 def last_value_quantize(graph, x, name_prefix, is_training, init_min=-6.0, init_max=6.0,
-                        num_bits=8, narrow_range=False, symmetric=False):
-    """Range = this batch's (Assign{Min,Max}Last), then fake quant with it."""
+                        num_bits=8, narrow_range=False, symmetric=False, per_channel=False,
+                        depthwise=False):
+    """Range = this batch's (Assign{Min,Max}Last), then fake quant with it. per_channel (as
+    contrib's LastValueQuantize(per_channel=True)): one range per last-axis channel, batch
+    min/max over the other axes, FakeQuantWithMinMaxVarsPerChannel. depthwise: x is a depthwise
+    filter [kh, kw, cin, m], quantized along TFLite's output channels c = i * m + k (its filter
+    is [1, kh, kw, cin * m]) between a Reshape to [kh, kw, cin * m] and one back."""
     with graph.name_scope(name_prefix):
-        min_var, max_var = _min_max_variables(init_min, init_max)
+        shape, rank = x.shape, 4 if depthwise else 2
+        if per_channel and (shape is None or None in shape or len(shape) < rank):
+            raise ValueError(f"per-channel quantization of {x.name} needs a known shape of rank "
+                             f"{rank if depthwise else '2 or more'}, got {shape}")
+        if depthwise:
+            x = build.reshape(x, [shape[0], shape[1], shape[2] * shape[3]])
+        min_var, max_var = _min_max_variables(init_min, init_max,
+                                              (x.shape[-1],) if per_channel else ())
         if not is_training:
-            return _fake_quant(x, min_var.read, max_var.read, num_bits, narrow_range)
-        range_min, range_max = _range(x, num_bits, narrow_range, symmetric)
-        assign_min = graph.create_op("Assign", [min_var.op.outputs[0], range_min],
-                                     {"use_locking": True, "validate_shape": True},
-                                     name="AssignMinLast")
-        assign_max = graph.create_op("Assign", [max_var.op.outputs[0], range_max],
-                                     {"use_locking": True, "validate_shape": True},
-                                     name="AssignMaxLast")
-        return _fake_quant(x, assign_min.outputs[0], assign_max.outputs[0], num_bits, narrow_range)
+            y = _fake_quant(x, min_var.read, max_var.read, num_bits, narrow_range, per_channel)
+        else:
+            axis = list(range(len(x.shape) - 1)) if per_channel else None
+            range_min, range_max = _range(x, num_bits, narrow_range, symmetric, axis)
+            assign_min = graph.create_op("Assign", [min_var.op.outputs[0], range_min],
+                                         {"use_locking": True, "validate_shape": True},
+                                         name="AssignMinLast")
+            assign_max = graph.create_op("Assign", [max_var.op.outputs[0], range_max],
+                                         {"use_locking": True, "validate_shape": True},
+                                         name="AssignMaxLast")
+            y = _fake_quant(x, assign_min.outputs[0], assign_max.outputs[0], num_bits,
+                            narrow_range, per_channel)
+        return build.reshape(y, list(shape)) if depthwise else y
 
 
 def moving_avg_quantize(graph, x, name_prefix, is_training, init_min=-6.0, init_max=6.0,
