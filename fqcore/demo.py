@@ -1,6 +1,7 @@
 """`python -m fqcore demo`: quantization-aware training of a small CNN on the bundled digits, the
 contrib.quantize way: float model -> experimental_create_training_graph -> train on the CPU ->
-experimental_create_eval_graph -> load the trained variables -> float vs 8-bit accuracy, save."""
+experimental_create_eval_graph -> load the trained variables -> float vs 8-bit accuracy, save ->
+export the integer model (.tflite, and .onnx with onnx installed) and measure it."""
 import argparse
 import json
 import os
@@ -57,14 +58,24 @@ TrainingSetup = namedtuple("TrainingSetup", ["graph", "session", "images", "labe
                                              "loss", "train_op", "updates", "learning_rate"])
 
 
-def training_setup(quantized=True, quant_delay=0, freeze_bn_delay=None, learning_rate=None, seed=0):
+# How weights are quantized: "per-channel" (symmetric, a range per output channel: the int8
+# model TFLite's int8 kernels run) or "contrib" (contrib's per-tensor asymmetric ranges: a uint8
+# model).
+WEIGHT_OPTIONS = {"per-channel": dict(weight_per_channel=True, weight_symmetric=True),
+                  "contrib": {}}
+
+
+def training_setup(quantized=True, quant_delay=0, freeze_bn_delay=None, learning_rate=None, seed=0,
+                   weights="per-channel"):
     """The demo model ready to train: rewritten by experimental_create_training_graph (unless
-    quantized=False), momentum-0.9 SGD attached, variables initialized in a new Session. With
-    learning_rate=None the rate is a scalar placeholder (`.learning_rate`) fed each step."""
+    quantized=False) with the WEIGHT_OPTIONS of `weights`, momentum-0.9 SGD attached, variables
+    initialized in a new Session. With learning_rate=None the rate is a scalar placeholder
+    (`.learning_rate`) fed each step."""
     g, images, labels, logits, loss = build_model(training=True, seed=seed)
     if quantized:
         quantize.experimental_create_training_graph(g, quant_delay=quant_delay,
-                                                    freeze_bn_delay=freeze_bn_delay)
+                                                    freeze_bn_delay=freeze_bn_delay,
+                                                    **WEIGHT_OPTIONS[weights])
     with g.as_default():
         rate = (G.placeholder("float32", [], name="learning_rate") if learning_rate is None
                 else learning_rate)
@@ -101,14 +112,14 @@ def accuracy(session, images, logits, x, y, batch=512):
     return correct / len(x)
 
 
-def evaluate(checkpoint, data, quantized):
+def evaluate(checkpoint, data, quantized, weights="per-channel"):
     """Accuracy of the trained variables in a fresh inference graph (batch norm on moving
     statistics), fake-quantized by experimental_create_eval_graph or left float. The variables
     are loaded by name; the training-only ones (EMA shadows, momentum, step counter) are not
     in this graph. Returns (accuracy, graph, session)."""
     g, images, labels, logits, loss = build_model(training=False)
     if quantized:
-        quantize.experimental_create_eval_graph(g)
+        quantize.experimental_create_eval_graph(g, **WEIGHT_OPTIONS[weights])
     session = G.Session(g)
     session.run(G.global_variables_initializer(g))
     G.load_variables(session, checkpoint, strict=False)
@@ -126,11 +137,12 @@ def learning_rate_for(epoch, base, quant_delay_epochs, freeze_bn_epochs):
     return base
 
 
-def train(data, epochs, batch, quant_delay_epochs, freeze_bn_epochs, learning_rate, seed, log):
+def train(data, epochs, batch, quant_delay_epochs, freeze_bn_epochs, learning_rate, seed, log,
+          weights="per-channel"):
     steps_per_epoch = -(-len(data.x_train) // batch)
     g, session, images, labels, logits, loss, train_op, updates, rate = training_setup(
         quant_delay=quant_delay_epochs * steps_per_epoch,
-        freeze_bn_delay=freeze_bn_epochs * steps_per_epoch, seed=seed)
+        freeze_bn_delay=freeze_bn_epochs * steps_per_epoch, seed=seed, weights=weights)
     rng = np.random.Generator(np.random.PCG64(seed))
     history = {"loss": [], "train_accuracy": [], "test_accuracy": []}
     bar = ProgressBar(epochs * steps_per_epoch, stream=log)
@@ -154,6 +166,55 @@ def train(data, epochs, batch, quant_delay_epochs, freeze_bn_epochs, learning_ra
                                                  data.y_test))
     bar.close()
     return g, session, history
+
+
+def _accuracy_of(outputs, labels):
+    return float(np.mean(outputs.argmax(axis=1) == labels))
+
+
+def deploy(session, graph, data, out):
+    """Exports the eval graph to out/model.tflite (and out/model.onnx when onnx is installed) and
+    measures the integer model's test accuracy: with fqcore's reference interpreter, and in
+    LiteRT and ONNX Runtime when they are installed. Returns (accuracies by engine, the exported
+    .tflite, the paths written)."""
+    from .deploy import Interpreter, runtimes, to_onnx, to_tflite
+    inputs = graph.get_collection(cli.SERVING_INPUTS)
+    outputs = graph.get_collection(cli.SERVING_OUTPUTS)
+    path = os.path.join(out, "model.tflite")
+    model = to_tflite(session, inputs, outputs, path)
+    written = [path]
+    x = data.x_test
+    results = {"reference interpreter": _accuracy_of(
+        Interpreter(model, rounding="tflite_reference").run(x)[model.model.outputs[0]],
+        data.y_test)}
+    if runtimes.litert_available():
+        for resolver, label in (("reference", "LiteRT reference kernels"),
+                                ("default", "LiteRT XNNPACK")):
+            results[label] = _accuracy_of(runtimes.run_litert(model, [x], resolver)[0],
+                                          data.y_test)
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        return results, model, written
+    onnx_path = os.path.join(out, "model.onnx")
+    onnx_model = to_onnx(session, inputs, outputs, onnx_path)
+    written.append(onnx_path)
+    if runtimes.onnxruntime_available():
+        results["ONNX Runtime"] = _accuracy_of(runtimes.run_onnxruntime(onnx_model, [x])[0],
+                                               data.y_test)
+    return results, model, written
+
+
+def _print_ranges(graph, session):
+    """Every quantizer's range; per-channel ones as the span of their channels."""
+    print("quantization ranges [min, max] of the eval graph:")
+    for var in G.global_variables(graph):
+        if var.op.name.endswith("_quant/min"):
+            scope = var.op.name[:-len("/min")]
+            lo = session.variable_value(var.op.name)
+            hi = session.variable_value(scope + "/max")
+            channels = f" over {lo.size} channels" if lo.ndim else ""
+            print(f"  {scope:<36} [{float(lo.min()):+8.4f}, {float(hi.max()):+8.4f}]{channels}")
 
 
 def plot_history(history, path):
@@ -225,6 +286,9 @@ def main(argv=None):
                         help="epoch from which batch-norm statistics are frozen")
     parser.add_argument("--learning-rate", type=_positive_rate, default=0.05)
     parser.add_argument("--seed", type=_non_negative, default=0)
+    parser.add_argument("--weights", choices=sorted(WEIGHT_OPTIONS), default="per-channel",
+                        help="per-channel: symmetric ranges per output channel, an int8 model; "
+                             "contrib: contrib's per-tensor asymmetric ranges, a uint8 model")
     parser.add_argument("--out", default="fqcore-demo", help="directory for the model and plots")
     args = parser.parse_args(argv)
     if args.quant_delay_epochs is None:
@@ -238,33 +302,33 @@ def main(argv=None):
     data = load_digits()
     print(f"fqcore demo: quantization-aware training on {len(data.x_train)} 8x8 digits "
           f"({len(data.x_test)} held out), {args.epochs} epochs: float for "
-          f"{args.quant_delay_epochs}, then fake-quantized 8-bit; batch-norm statistics frozen "
-          f"from epoch {args.freeze_bn_epochs + 1}")
+          f"{args.quant_delay_epochs}, then fake-quantized 8-bit ({args.weights} weights); "
+          f"batch-norm statistics frozen from epoch {args.freeze_bn_epochs + 1}")
     start = time.perf_counter()
     g, session, history = train(data, args.epochs, args.batch, args.quant_delay_epochs,
-                                args.freeze_bn_epochs, args.learning_rate, args.seed, sys.stdout)
+                                args.freeze_bn_epochs, args.learning_rate, args.seed, sys.stdout,
+                                args.weights)
     print(f"trained in {time.perf_counter() - start:.1f} s")
     train_graph, train_variables = G.save(session, os.path.join(args.out, "training"))
     float_accuracy, _, _ = evaluate(train_variables, data, quantized=False)
-    quant_accuracy, qg, qsession = evaluate(train_variables, data, quantized=True)
+    quant_accuracy, qg, qsession = evaluate(train_variables, data, quantized=True,
+                                            weights=args.weights)
     model_graph, model_variables = G.save(qsession, os.path.join(args.out, "model"))
     print(f"test accuracy: float {float_accuracy:.2%}, fake-quantized 8-bit {quant_accuracy:.2%} "
           f"({quant_accuracy / float_accuracy:.1%} of float)")
-    print("quantization ranges [min, max] of the eval graph:")
-    for var in G.global_variables(qg):
-        if var.op.name.endswith("_quant/min"):
-            scope = var.op.name[:-len("/min")]
-            lo = float(qsession.variable_value(var.op.name))
-            hi = float(qsession.variable_value(scope + "/max"))
-            print(f"  {scope:<36} [{lo:+8.4f}, {hi:+8.4f}]")
+    integer_accuracy, model, exported = deploy(qsession, qg, data, args.out)
+    print(f"integer model ({model.dtype}, {len(model)} bytes): " + ", ".join(
+        f"{engine} {value:.2%}" for engine, value in integer_accuracy.items()))
+    _print_ranges(qg, qsession)
     history.update(quant_delay_epochs=args.quant_delay_epochs,
                    freeze_bn_epochs=args.freeze_bn_epochs, float_accuracy=float_accuracy,
-                   quantized_accuracy=quant_accuracy)
+                   quantized_accuracy=quant_accuracy, integer_accuracy=integer_accuracy)
     text = json.dumps(history, indent=1).encode("utf-8")
     write_atomically(os.path.join(args.out, "history.json"), lambda f: f.write(text))
     plot = plot_history(history, os.path.join(args.out, "training_curves.png"))
-    print(f"saved: {model_graph} + {model_variables} (fake-quantized eval graph, trained values), "
-          f"{train_graph} + {train_variables} (training state)"
+    print(f"saved: {', '.join(exported)} (integer models), {model_graph} + {model_variables} "
+          f"(fake-quantized eval graph, trained values), {train_graph} + {train_variables} "
+          f"(training state)"
           + (f", {plot}" if plot else " (pip install matplotlib for training_curves.png)"))
     return 0 if quant_accuracy >= 0.95 * float_accuracy else 1
 
