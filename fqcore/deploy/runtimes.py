@@ -21,27 +21,43 @@ def onnxruntime_available():
     return True
 
 
-def run_litert(model_bytes, inputs, resolver="reference", threads=1):
-    """The outputs (a list, in the model's order) of `model_bytes` on `inputs` (a list of arrays
-    in the model's input order; the batch dimension is resized to theirs). resolver: 'reference'
+class LiteRT:
+    """A `.tflite` model loaded in LiteRT's interpreter. resolver: 'reference'
     (OpResolverType.BUILTIN_REF, TFLite's reference kernels) or 'default' (the optimized kernels
     with XNNPACK, what a device runs)."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    if resolver not in LITERT_RESOLVERS:
-        raise ValueError(f"resolver must be one of {LITERT_RESOLVERS}, got {resolver!r}")
-    kind = OpResolverType.BUILTIN_REF if resolver == "reference" else OpResolverType.AUTO
-    interpreter = Interpreter(model_content=bytes(model_bytes), num_threads=threads,
-                              experimental_op_resolver_type=kind)
-    details = interpreter.get_input_details()
-    if len(inputs) != len(details):
-        raise ValueError(f"the model has {len(details)} inputs, got {len(inputs)} arrays")
-    for detail, value in zip(details, inputs):
-        interpreter.resize_tensor_input(detail["index"], list(np.shape(value)))
-    interpreter.allocate_tensors()
-    for detail, value in zip(details, inputs):
-        interpreter.set_tensor(detail["index"], np.ascontiguousarray(value, detail["dtype"]))
-    interpreter.invoke()
-    return [interpreter.get_tensor(d["index"]).copy() for d in interpreter.get_output_details()]
+
+    def __init__(self, model_bytes, resolver="reference", threads=1):
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+        if resolver not in LITERT_RESOLVERS:
+            raise ValueError(f"resolver must be one of {LITERT_RESOLVERS}, got {resolver!r}")
+        kind = OpResolverType.BUILTIN_REF if resolver == "reference" else OpResolverType.AUTO
+        self.interpreter = Interpreter(model_content=bytes(model_bytes), num_threads=threads,
+                                       experimental_op_resolver_type=kind)
+        self.shapes = None
+
+    def run(self, inputs):
+        """The outputs (a list, in the model's order) on `inputs` (arrays in the model's input
+        order); the batch dimension is resized to theirs."""
+        interpreter = self.interpreter
+        details = interpreter.get_input_details()
+        if len(inputs) != len(details):
+            raise ValueError(f"the model has {len(details)} inputs, got {len(inputs)} arrays")
+        shapes = [np.shape(value) for value in inputs]
+        if shapes != self.shapes:
+            for detail, shape in zip(details, shapes):
+                interpreter.resize_tensor_input(detail["index"], list(shape))
+            interpreter.allocate_tensors()
+            self.shapes = shapes
+        for detail, value in zip(details, inputs):
+            interpreter.set_tensor(detail["index"], np.ascontiguousarray(value, detail["dtype"]))
+        interpreter.invoke()
+        return [interpreter.get_tensor(d["index"]).copy()
+                for d in interpreter.get_output_details()]
+
+
+def run_litert(model_bytes, inputs, resolver="reference", threads=1):
+    """LiteRT(model_bytes, resolver, threads).run(inputs)."""
+    return LiteRT(model_bytes, resolver, threads).run(inputs)
 
 
 def onnxruntime_session(model_bytes, optimized_model_path=None, threads=1):
