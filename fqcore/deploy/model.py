@@ -77,6 +77,19 @@ class Tensor:
         if self.data is not None:
             self.data = np.ascontiguousarray(self.data, dtype=self.dtype)
 
+    def __eq__(self, other):
+        # The generated __eq__ would compare the arrays with ==, which has no truth value; the
+        # data compares bit for bit, as Quantization's scales do.
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        if (self.name, self.shape, self.dtype, self.quantization) != (
+                other.name, other.shape, other.dtype, other.quantization):
+            return False
+        if self.data is None or other.data is None:
+            return self.data is None and other.data is None
+        return (self.data.dtype == other.data.dtype and self.data.shape == other.data.shape
+                and self.data.tobytes() == other.data.tobytes())
+
 
 @dataclass
 class Op:
