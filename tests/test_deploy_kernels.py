@@ -291,6 +291,16 @@ def test_softmax_rejects_sums_tflite_cannot_hold():
         REFERENCE.softmax(np.zeros((1, 512), np.int8), 1.0, q_in, q_out, "int8")
 
 
+def test_softmax_rejects_multipliers_tflite_aborts_on():
+    # beta * scale * 2^26 <= 1 fails TFLite's CHECK on a multiplier above one, which aborts
+    # the process running LiteRT; the interpreter says so when it is built.
+    model = Model({"x": Tensor("x", (-1, 4), "int8", Quantization([1e-9], [0])),
+                   "y": Tensor("y", (-1, 4), "int8", Quantization([1 / 256], [-128]))},
+                  [Op("SOFTMAX", ["x"], ["y"], {"beta": 1.0})], ["x"], ["y"])
+    with pytest.raises(ValueError, match="SOFTMAX op 0: beta \\* input scale.*too small"):
+        Interpreter(model)
+
+
 def test_quantize_ties_and_out_of_range():
     q = Quantization([0.5], [-100])
     x = np.array([0.25, -0.25, 0.75, 1e10, -1e10, np.inf, np.nan], np.float32)
@@ -495,3 +505,27 @@ def test_model_sources(tmp_path):
         Interpreter(str(tmp_path / "model.bin"))
     with pytest.raises(TypeError, match="model must be"):
         Interpreter(42)
+
+
+def _two_input_add():
+    q = Quantization([0.1], [0])
+    return Model({"a": Tensor("a", (-1, 3), "int8", q), "b": Tensor("b", (-1, 3), "int8", q),
+                  "y": Tensor("y", (-1, 3), "int8", q)},
+                 [Op("ADD", ["a", "b"], ["y"], {"activation": "NONE"})], ["a", "b"], ["y"])
+
+
+def test_feeds_of_a_two_input_model():
+    interpreter = Interpreter(_two_input_add())
+    a = np.array([[1, 2, 3]], np.int8)
+    assert interpreter.run({"a": a, "b": a})["y"].tolist() == [[2, 4, 6]]
+    with pytest.raises(ValueError, match="2 inputs.*pass a dict"):
+        interpreter.run(a)
+    with pytest.raises(ValueError, match="input 'b': batch 2, another input has batch 1"):
+        interpreter.run({"a": a, "b": np.zeros((2, 3), np.int8)})
+
+
+def test_only_the_batch_may_be_unknown():
+    model = _two_input_add()
+    model.tensors["a"].shape = (2, -1)
+    with pytest.raises(ValueError, match="input 'a'.*only the first"):
+        Interpreter(model)

@@ -12,7 +12,6 @@ from .kernels.tflite_reference import add_multipliers, softmax_multiplier
 from .model import ACTIVATIONS, OP_OPTIONS, PADDINGS, Model
 
 _QUANTIZED = ("int8", "uint8")
-_LAYERS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 # The bias check of GetQuantizedConvolutionMultipler: |s_in * s_w - s_bias| / s_out at most this.
 _BIAS_SCALE_TOLERANCE = 0.02
 # (fewest, most) inputs of each op kind; every op has one output.
@@ -89,7 +88,7 @@ def _check_feeds(model, feeds):
         if len(names) != 1:
             raise ValueError(f"the model has {len(names)} inputs {names}: pass a dict of arrays")
         feeds = {names[0]: feeds}
-    unknown = sorted(set(feeds) - set(names))
+    unknown = [name for name in feeds if name not in names]
     if unknown:
         raise ValueError(f"the model has no input {unknown[0]!r} (its inputs are {names})")
     values, batch = {}, None
@@ -99,8 +98,8 @@ def _check_feeds(model, feeds):
         tensor, x = model.tensors[name], np.asarray(feeds[name])
         if x.dtype != np.dtype(tensor.dtype):
             raise ValueError(f"input {name!r}: dtype {x.dtype}, the model takes {tensor.dtype}")
-        if x.ndim != len(tensor.shape) or any(d not in (-1, n)
-                                              for d, n in zip(tensor.shape, x.shape)):
+        if x.ndim != len(tensor.shape) or 0 in x.shape or any(
+                d not in (-1, n) for d, n in zip(tensor.shape, x.shape)):
             raise ValueError(f"input {name!r}: shape {x.shape}, the model takes "
                              f"{tensor.shape} (-1: any batch)")
         if tensor.shape and tensor.shape[0] == -1:
@@ -123,9 +122,11 @@ class _Planner:
             tensor = model.tensor(name)
             if tensor.data is not None:
                 raise ValueError(f"input {name!r} is a constant")
-            if -1 in tensor.shape[1:]:
-                raise ValueError(f"input {name!r}: shape {tensor.shape}; only the first "
-                                 f"dimension (the batch) may be -1")
+            shape = tensor.shape
+            batch_ok = not shape or shape[0] == -1 or shape[0] >= 1
+            if not batch_ok or any(d < 1 for d in shape[1:]):
+                raise ValueError(f"input {name!r}: shape {tensor.shape}; dimensions are positive, "
+                                 f"only the first (the batch) may be -1")
             if tensor.dtype in _QUANTIZED:
                 _per_tensor(tensor, f"input {name!r}")
             self.shapes[name] = tensor.shape
@@ -142,6 +143,8 @@ class _Planner:
 
     def _step(self, index, op):
         label = f"{op.kind} op {op.name or index!r}"
+        if op.kind not in _ARITY:
+            raise ValueError(f"op {index}: unknown kind {op.kind!r}")
         fewest, most = _ARITY[op.kind]
         if not fewest <= len(op.inputs) <= most or len(op.outputs) != 1:
             raise ValueError(f"{label}: takes {fewest}-{most} inputs and one output, got "
@@ -367,8 +370,9 @@ class _Planner:
         """The filter's quantization: int8 weights with int8 inputs, per tensor or per output
         channel along `axis`, zero point 0 where TFLite's kernel ignores it or requires it;
         uint8 weights with uint8 inputs, per tensor."""
-        if w.data is None or len(w.shape) != rank:
-            raise ValueError(f"filter {w.name!r} must be a {rank}-D constant")
+        if w.data is None or len(w.shape) != rank or 0 in w.shape:
+            raise ValueError(f"filter {w.name!r} must be a {rank}-D constant, none of its "
+                             f"dimensions 0")
         if w.dtype != x.dtype:
             raise ValueError(f"filter {w.name!r} is {w.dtype}, the input {x.name!r} is "
                              f"{x.dtype}")

@@ -210,8 +210,8 @@ def saturating_rounding_doubling_high_mul(a, b):
 def rounding_divide_by_pot(x, exponent):
     """gemmlowp's RoundingDivideByPOT: x / 2^exponent to nearest, ties away from zero
     (exponent 0..31, per element). gemmlowp adds one to the floor where the remainder exceeds
-    half (minus one for non-negative x); that is floor((x + half - [x < 0]) / 2^exponent) with
-    half = 2^(exponent - 1), and no correction at all for exponent 0."""
+    half - 1 (half for negative x), half = 2^(exponent - 1); that is floor((x + half - [x < 0])
+    / 2^exponent), with no correction at all for exponent 0."""
     x, exponent = np.asarray(x, np.int64), np.asarray(exponent, np.int64)
     half = (np.int64(1) << exponent) >> 1
     negative = (x >> 63) & -(half > 0).astype(np.int64)       # -1 where x < 0 and half > 0
