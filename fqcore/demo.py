@@ -120,6 +120,8 @@ def evaluate(checkpoint, data, quantized, weights="per-channel"):
     g, images, labels, logits, loss = build_model(training=False)
     if quantized:
         quantize.experimental_create_eval_graph(g, **WEIGHT_OPTIONS[weights])
+        # What the quantized model outputs: the logits after their act_quant.
+        logits = g.get_tensor_by_name("logits/act_quant/FakeQuantWithMinMaxVars:0")
     session = G.Session(g)
     session.run(G.global_variables_initializer(g))
     G.load_variables(session, checkpoint, strict=False)
