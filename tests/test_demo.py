@@ -10,6 +10,7 @@ import fqcore.graph as G
 from fqcore import demo
 from fqcore.atomic_file import write_atomically
 from fqcore.datasets import load_digits
+from fqcore.deploy import Interpreter
 
 
 def test_demo_trains_quantizes_and_saves(tmp_path, capsys, monkeypatch):
@@ -38,6 +39,12 @@ def test_demo_trains_quantizes_and_saves(tmp_path, capsys, monkeypatch):
     predicted = session.run(logits, {images: data.x_test}).argmax(axis=1)
     assert np.mean(predicted == data.y_test) == history["quantized_accuracy"]
     assert not any(op.type in ("AssignSub", "ApplyMomentum") for op in graph.get_operations())
+    # The integer model it exported gives the accuracy it printed for it.
+    assert "integer model (int8" in printed
+    model = Interpreter(str(out / "model.tflite"))
+    outputs = model.run(data.x_test)[model.model.outputs[0]]
+    assert (np.mean(outputs.argmax(axis=1) == data.y_test)
+            == history["integer_accuracy"]["reference interpreter"])
 
 
 def test_learning_rate_schedule():
