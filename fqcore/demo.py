@@ -177,34 +177,38 @@ def _accuracy_of(outputs, labels):
 def deploy(session, graph, data, out):
     """Exports the eval graph to out/model.tflite (and out/model.onnx when onnx is installed) and
     measures the integer model's test accuracy: with fqcore's reference interpreter, and in
-    LiteRT and ONNX Runtime when they are installed. Returns (accuracies by engine, the exported
-    .tflite, the paths written)."""
+    LiteRT and ONNX Runtime when they are installed. Without the writers' packages the
+    interpreter still runs the integer model. Returns (accuracies by engine, the integer Model,
+    the paths written, what was skipped)."""
     from .deploy import Interpreter, runtimes, to_onnx, to_tflite
+    from .deploy.lower import lower
     inputs = graph.get_collection(cli.SERVING_INPUTS)
     outputs = graph.get_collection(cli.SERVING_OUTPUTS)
-    path = os.path.join(out, "model.tflite")
-    model = to_tflite(session, inputs, outputs, path)
-    written = [path]
-    x = data.x_test
+    x, y = data.x_test, data.y_test
+    written, skipped = [], []
+    try:
+        exported = to_tflite(session, inputs, outputs, os.path.join(out, "model.tflite"))
+    except ImportError as missing:
+        exported, model = None, lower(session, inputs, outputs)
+        skipped.append(f"model.tflite ({missing})")
+    else:
+        model = exported.model
+        written.append(os.path.join(out, "model.tflite"))
     results = {"reference interpreter": _accuracy_of(
-        Interpreter(model, rounding="tflite_reference").run(x)[model.model.outputs[0]],
-        data.y_test)}
-    if runtimes.litert_available():
+        Interpreter(model, rounding="tflite_reference").run(x)[model.outputs[0]], y)}
+    if exported is not None and runtimes.litert_available():
         for resolver, label in (("reference", "LiteRT reference kernels"),
                                 ("default", "LiteRT XNNPACK")):
-            results[label] = _accuracy_of(runtimes.run_litert(model, [x], resolver)[0],
-                                          data.y_test)
+            results[label] = _accuracy_of(runtimes.run_litert(exported, [x], resolver)[0], y)
     try:
-        import onnx  # noqa: F401
-    except ImportError:
-        return results, model, written
-    onnx_path = os.path.join(out, "model.onnx")
-    onnx_model = to_onnx(session, inputs, outputs, onnx_path)
-    written.append(onnx_path)
+        onnx_model = to_onnx(session, inputs, outputs, os.path.join(out, "model.onnx"))
+    except ImportError as missing:
+        skipped.append(f"model.onnx ({missing})")
+        return results, model, written, skipped
+    written.append(os.path.join(out, "model.onnx"))
     if runtimes.onnxruntime_available():
-        results["ONNX Runtime"] = _accuracy_of(runtimes.run_onnxruntime(onnx_model, [x])[0],
-                                               data.y_test)
-    return results, model, written
+        results["ONNX Runtime"] = _accuracy_of(runtimes.run_onnxruntime(onnx_model, [x])[0], y)
+    return results, model, written, skipped
 
 
 def _print_ranges(graph, session):
@@ -318,9 +322,11 @@ def main(argv=None):
     model_graph, model_variables = G.save(qsession, os.path.join(args.out, "model"))
     print(f"test accuracy: float {float_accuracy:.2%}, fake-quantized 8-bit {quant_accuracy:.2%} "
           f"({quant_accuracy / float_accuracy:.1%} of float)")
-    integer_accuracy, model, exported = deploy(qsession, qg, data, args.out)
-    print(f"integer model ({model.dtype}, {len(model)} bytes): " + ", ".join(
+    integer_accuracy, model, exported, skipped = deploy(qsession, qg, data, args.out)
+    print(f"integer model ({model.integer_dtype}, {len(model.ops)} ops): " + ", ".join(
         f"{engine} {value:.2%}" for engine, value in integer_accuracy.items()))
+    for what in skipped:
+        print(f"  not written: {what}")
     _print_ranges(qg, qsession)
     history.update(quant_delay_epochs=args.quant_delay_epochs,
                    freeze_bn_epochs=args.freeze_bn_epochs, float_accuracy=float_accuracy,
@@ -328,7 +334,7 @@ def main(argv=None):
     text = json.dumps(history, indent=1).encode("utf-8")
     write_atomically(os.path.join(args.out, "history.json"), lambda f: f.write(text))
     plot = plot_history(history, os.path.join(args.out, "training_curves.png"))
-    print(f"saved: {', '.join(exported)} (integer models), {model_graph} + {model_variables} "
+    print(f"saved: {''.join(p + ', ' for p in exported)}{model_graph} + {model_variables} "
           f"(fake-quantized eval graph, trained values), {train_graph} + {train_variables} "
           f"(training state)"
           + (f", {plot}" if plot else " (pip install matplotlib for training_curves.png)"))

@@ -9,20 +9,20 @@ class ExportedModel(bytes):
     is symmetric, 'uint8' otherwise), `.model` the integer Model written, `.format` 'tflite' or
     'onnx'."""
 
-    def __new__(cls, data, model, file_format, dtype):
+    def __new__(cls, data, model, file_format):
         self = super().__new__(cls, data)
-        self.model, self.format, self.dtype = model, file_format, dtype
+        self.model, self.format = model, file_format
         return self
 
-
-def _integer_dtype(model):
-    return next(t.dtype for t in model.tensors.values() if t.dtype in ("int8", "uint8"))
+    @property
+    def dtype(self):
+        return self.model.integer_dtype
 
 
 def _finish(data, model, file_format, path):
     if path is not None:
         write_atomically(path, lambda f: f.write(data))
-    return ExportedModel(data, model, file_format, _integer_dtype(model))
+    return ExportedModel(data, model, file_format)
 
 
 def to_tflite(session, inputs, outputs, path=None, *, input_type="float32",

@@ -115,6 +115,11 @@ class Model:
     outputs: list
     description: str = "fqcore"
 
+    @property
+    def integer_dtype(self):
+        """'int8' or 'uint8', the type of the model's quantized tensors (None if it has none)."""
+        return next((t.dtype for t in self.tensors.values() if t.dtype in ("int8", "uint8")), None)
+
     def tensor(self, name):
         try:
             return self.tensors[name]
