@@ -8,28 +8,15 @@ import fqcore.graph as G
 from fqcore import quantize as Q
 
 import reference
+from quantize_helpers import FQ_TYPES, fake_quants, session
 
 L = G.layers
 F32 = np.float32
-FQ_TYPES = {"FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel", "FakeQuantWithMinMaxArgs"}
 EPS = 1e-3
 MOMENTUM = 0.9
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-def fake_quants(g):
-    """{quantizer prefix ('conv/act_quant'): its FakeQuant op}."""
-    return {op.name.rsplit("/", 1)[0]: op for op in g.get_operations() if op.type in FQ_TYPES}
-
-
-def session(g):
-    with g.as_default():
-        init = G.global_variables_initializer()
-    s = G.Session(g)
-    s.run(init)
-    return s
-
 
 def var_names(g):
     return {op.name for op in g.get_operations() if op.type == "VariableV2"}

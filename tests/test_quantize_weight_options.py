@@ -8,11 +8,10 @@ import fqcore.graph as G
 from fqcore import quantize as Q
 
 import reference
+from quantize_helpers import fake_quants, session
 
 L = G.layers
 F32 = np.float32
-FQ_TYPES = {"FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel",
-            "FakeQuantWithMinMaxArgs"}
 BN = {"momentum": 0.9, "epsilon": 1e-3}
 REWRITES = [Q.create_training_graph, Q.create_eval_graph, Q.experimental_create_training_graph,
             Q.experimental_create_eval_graph]
@@ -23,18 +22,6 @@ KINDS = {"conv": ("conv", "weights", "Conv2D", (3, 3, 3, 4), 4),
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-def fake_quants(g):
-    return {op.name.rsplit("/", 1)[0]: op for op in g.get_operations() if op.type in FQ_TYPES}
-
-
-def session(g):
-    with g.as_default():
-        init = G.global_variables_initializer()
-    s = G.Session(g)
-    s.run(init)
-    return s
-
 
 def normal(shape, seed, scale=1.0):
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(F32)
