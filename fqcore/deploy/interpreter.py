@@ -32,8 +32,13 @@ class Interpreter:
         if rounding not in MODES:
             raise ValueError(f"rounding must be one of {sorted(MODES)}, got {rounding!r}")
         self.rounding = rounding
-        self.model = _load(model)
-        self._steps = _Planner(self.model, MODES[rounding]).steps
+        self.model, source = _load(model)
+        try:
+            self._steps = _Planner(self.model, MODES[rounding]).steps
+        except ValueError as error:
+            if source is None:
+                raise
+            raise ValueError(f"{source}: {error}") from None
 
     def run(self, feeds):
         """The model's outputs, name -> array (float32 outputs as the model dequantizes them,
@@ -61,11 +66,12 @@ class Interpreter:
 
 
 def _load(model):
+    """(the Model, the file it came from: a path, '<bytes>', or None for a Model)."""
     if isinstance(model, Model):
-        return model
+        return model, None
     if isinstance(model, (bytes, bytearray, memoryview)):
         from . import tflite_format
-        return tflite_format.read(bytes(model), "<bytes>")
+        return tflite_format.read(bytes(model), "<bytes>"), "<bytes>"
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         extension = os.path.splitext(path)[1].lower()
@@ -75,9 +81,9 @@ def _load(model):
             data = f.read()
         if extension == ".tflite":
             from . import tflite_format
-            return tflite_format.read(data, path)
+            return tflite_format.read(data, path), path
         from . import onnx_format
-        return onnx_format.read(data, path)
+        return onnx_format.read(data, path), path
     raise TypeError(f"model must be a Model, .tflite bytes or a file path, got "
                     f"{type(model).__name__}")
 
