@@ -200,3 +200,21 @@ def test_a_missing_placeholder_is_named():
         lower(_session(g), a, total)
     model = lower(_session(g), [a, b], total)
     assert [op.kind for op in model.ops] == ["QUANTIZE", "QUANTIZE", "ADD", "DEQUANTIZE"]
+
+
+def test_an_input_quantized_twice_needs_one_range():
+    def graph(second_max):
+        g = G.Graph()
+        with g.as_default():
+            a = G.placeholder("float32", [None, 4], name="a")
+            one = G.fake_quant_with_min_max_args(a, -1.0, 1.0, name="one")
+            two = G.fake_quant_with_min_max_args(a, -1.0, second_max, name="two")
+            total = G.fake_quant_with_min_max_args(G.add(one, two, name="sum"), -2.0, 2.0)
+        return g, a, total
+    g, a, total = graph(1.0)
+    model = lower(_session(g), a, total)
+    assert [op.kind for op in model.ops] == ["QUANTIZE", "ADD", "DEQUANTIZE"]
+    assert model.ops[1].inputs == ["one", "one"]
+    g, a, total = graph(2.0)
+    with pytest.raises(ValueError, match="FakeQuant 'two' requantizes 'a:0'"):
+        lower(_session(g), a, total)

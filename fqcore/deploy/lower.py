@@ -223,22 +223,19 @@ class _Lowering:
         lo, hi = self._range(op)
         quant = self._quantization(lo, hi, num_bits, narrow, op)
         value = self._value(x, op)
-        name = _tensor_name(op.outputs[0])
         if isinstance(value, _FloatInput):
-            self._input(value, quant, name, x)
+            name = self._input(value, quant, op.outputs[0], x)
+            # Other fake quants of the same input must agree with this range.
+            self.values[x] = _Quantized(name)
         elif isinstance(value, _Pending) and value.emitted is None:
-            self._emit(value, quant, op.outputs[0])
+            name = self._emit(value, quant, op.outputs[0])
         else:
             existing = self._quantized(x, op)
             if existing.quantization != quant:
                 raise ValueError(f"FakeQuant {op.name!r} requantizes {x.name!r}, which already "
                                  f"has a different range: fqcore.deploy has no requantize op")
-            self.values[op.outputs[0]] = _Quantized(existing.name)
-            return
-        self.values[op.outputs[0]] = _Quantized(self._last_name(value, name))
-
-    def _last_name(self, value, name):
-        return value.emitted if isinstance(value, _Pending) else name
+            name = existing.name
+        self.values[op.outputs[0]] = _Quantized(name)
 
     def _range(self, op):
         if op.type == "FakeQuantWithMinMaxArgs":
@@ -259,7 +256,10 @@ class _Lowering:
         """int8 stores FakeQuant's unsigned grid shifted by -128, as TF's converter does."""
         return 128 if self.dtype == "int8" else 0
 
-    def _input(self, value, quant, name, graph_tensor):
+    def _input(self, value, quant, fake_quant_output, graph_tensor):
+        """The model input for a float graph input, quantized by QUANTIZE to `quant` (or taken
+        as integers); returns the quantized tensor's name."""
+        name = _tensor_name(fake_quant_output)
         shape = _shape(graph_tensor)
         if self.input_type == "float32":
             self.tensors[value.name] = Tensor(value.name, shape, "float32")
@@ -269,7 +269,7 @@ class _Lowering:
         else:
             self.tensors[name] = Tensor(name, shape, self.dtype, quant)
             self.model_inputs.append(name)
-        value.quantized = name
+        return name
 
     # -- layers -----------------------------------------------------------------------------
     def _layer(self, op):
@@ -366,6 +366,7 @@ class _Lowering:
         self.ops.append(Op(pending.kind, inputs, [name], dict(pending.options),
                            name=pending.graph_op.name))
         pending.emitted = name
+        return name
 
     def _weights_and_bias(self, pending):
         fq = pending.weights
