@@ -87,7 +87,7 @@ class _Lowering:
             live.add(op)
             stack.extend(t.op for t in op.inputs)
         input_ops = {t.op for t in self.inputs}
-        dependent = {}
+        dependent = self.dependent = {}
 
         def depends(op):
             # Iterative: graphs may be deeper than Python's recursion limit.
@@ -137,18 +137,8 @@ class _Lowering:
                     stack.append((t.op, False))
 
     def _is_constant(self, tensor):
-        return tensor not in self.values and tensor.op.type not in ("Placeholder",) and all(
-            t.op.type != "Placeholder" for t in self._ancestors(tensor))
-
-    def _ancestors(self, tensor):
-        seen, stack = set(), [tensor.op]
-        while stack:
-            op = stack.pop()
-            for t in op.inputs:
-                if t.op not in seen:
-                    seen.add(t.op)
-                    stack.append(t.op)
-                    yield t
+        """True for a tensor no placeholder feeds (weights, biases, ranges, shapes)."""
+        return not self.dependent[tensor.op]
 
     def _constant(self, tensor):
         if tensor.name not in self.constants:
