@@ -47,22 +47,24 @@ def test_int8_for_per_channel_weights_uint8_for_contribs(trained):
     assert model.dtype == ("int8" if weights == "per-channel" else "uint8")
 
 
-def test_litert_reference_kernels_equal_the_reference_interpreter(trained):
+def _litert_and_interpreter(trained, resolver, rounding):
+    """(LiteRT's logits with `resolver`, the interpreter's with `rounding`, the .tflite) on the
+    whole test set."""
     pytest.importorskip("ai_edge_litert")
     _, _, session, inputs, outputs = trained
     model = to_tflite(session, inputs, outputs)
-    ours = Interpreter(model, rounding="tflite_reference").run(DATA.x_test)[model.model.outputs[0]]
-    theirs = runtimes.run_litert(model, [DATA.x_test], "reference")[0]
+    ours = Interpreter(model, rounding=rounding).run(DATA.x_test)[model.model.outputs[0]]
+    return runtimes.run_litert(model, [DATA.x_test], resolver)[0], ours, model
+
+
+def test_litert_reference_kernels_equal_the_reference_interpreter(trained):
+    theirs, ours, _ = _litert_and_interpreter(trained, "reference", "tflite_reference")
     assert ours.dtype == theirs.dtype == np.float32
     assert np.array_equal(ours, theirs)
 
 
 def test_litert_xnnpack_within_a_step_of_float32_half_even(trained):
-    pytest.importorskip("ai_edge_litert")
-    _, _, session, inputs, outputs = trained
-    model = to_tflite(session, inputs, outputs)
-    ours = Interpreter(model, rounding="float32_half_even").run(DATA.x_test)[model.model.outputs[0]]
-    theirs = runtimes.run_litert(model, [DATA.x_test], "default")[0]
+    theirs, ours, model = _litert_and_interpreter(trained, "default", "float32_half_even")
     steps = _steps(ours, theirs, _output_scale(model))
     assert steps.max() <= 1
     assert np.mean(steps > 0) <= 0.005
