@@ -89,3 +89,22 @@ def test_export_command_names_what_is_wrong(tmp_path):
     bad = export(str(tmp_path / "bare"), "--out", str(tmp_path / "m.tflite"), "--input", "x",
                  "--output", "nope")
     assert bad.returncode == 1 and "the graph has no tensor 'nope'" in bad.stderr
+
+
+def test_export_command_without_the_writers_package_says_what_to_install(tmp_path, capsys,
+                                                                         monkeypatch):
+    import builtins
+    from fqcore.deploy import cli
+    g, session, images, logits = _demo_eval()
+    G.save(session, str(tmp_path / "model"))
+    real_import = builtins.__import__
+
+    def no_onnx(name, *args, **kwargs):
+        if name == "onnx" or name.startswith("onnx."):
+            raise ImportError("No module named 'onnx'")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_onnx)
+    code = cli.main([str(tmp_path / "model"), "--format", "onnx", "--out",
+                     str(tmp_path / "m.onnx")])
+    assert code == 1 and "pip install fqcore[deploy]" in capsys.readouterr().err
+    assert not (tmp_path / "m.onnx").exists()

@@ -38,7 +38,7 @@ def main(argv=None):
     write = export.to_tflite if args.format == "tflite" else export.to_onnx
     try:
         result = write(session, inputs, outputs, args.out, dtype=args.dtype)
-    except ValueError as error:
+    except (ValueError, ImportError) as error:  # ImportError: the writer's package is missing
         print(f"python -m fqcore export: {error}", file=sys.stderr)
         return 1
     print(f"wrote {args.out}: {result.dtype} {args.format} model, {len(result)} bytes, "
