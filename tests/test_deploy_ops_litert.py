@@ -13,8 +13,8 @@ pytest.importorskip("flatbuffers")
 
 from fqcore.deploy import tflite_format  # noqa: E402
 from fqcore.deploy.interpreter import Interpreter  # noqa: E402
-from fqcore.deploy.kernels.integer import DTYPE_RANGES, output_size  # noqa: E402
-from fqcore.deploy.model import Model, Op, Quantization, Tensor  # noqa: E402
+from fqcore.deploy.kernels.integer import output_size  # noqa: E402
+from fqcore.deploy.model import QUANTIZED_RANGES, Model, Op, Quantization, Tensor  # noqa: E402
 from fqcore.deploy.runtimes import run_litert  # noqa: E402
 
 ACTIVATIONS = ("NONE", "RELU", "RELU6")
@@ -29,7 +29,7 @@ def _q(scale, zero_point):
 
 
 def _ints(rng, dtype, shape):
-    lo, hi = DTYPE_RANGES[dtype]
+    lo, hi = QUANTIZED_RANGES[dtype]
     return rng.integers(lo, hi + 1, shape).astype(dtype)
 
 

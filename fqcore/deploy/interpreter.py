@@ -9,9 +9,8 @@ import numpy as np
 
 from .kernels import MODES, integer
 from .kernels.tflite_reference import add_multipliers, softmax_multiplier
-from .model import ACTIVATIONS, OP_OPTIONS, PADDINGS, Model
+from .model import ACTIVATIONS, OP_OPTIONS, PADDINGS, QUANTIZED_RANGES, Model
 
-_QUANTIZED = ("int8", "uint8")
 # The bias check of GetQuantizedConvolutionMultipler: |s_in * s_w - s_bias| / s_out at most this.
 _BIAS_SCALE_TOLERANCE = 0.02
 # (fewest, most) inputs of each op kind; every op has one output.
@@ -133,7 +132,7 @@ class _Planner:
             if not batch_ok or any(d < 1 for d in shape[1:]):
                 raise ValueError(f"input {name!r}: shape {tensor.shape}; dimensions are positive, "
                                  f"only the first (the batch) may be -1")
-            if tensor.dtype in _QUANTIZED:
+            if tensor.dtype in QUANTIZED_RANGES:
                 _per_tensor(tensor, f"input {name!r}")
             self.shapes[name] = tensor.shape
         for name, tensor in model.tensors.items():
@@ -323,7 +322,7 @@ class _Planner:
     def _softmax(self, inputs, output, options):
         (x,) = inputs
         in_q, out_q = self._same_type(x, output, None)
-        lowest = integer.DTYPE_RANGES[output.dtype][0]
+        lowest = QUANTIZED_RANGES[output.dtype][0]
         if (int(out_q.zero_point[0]) != lowest
                 or abs(float(out_q.scale[0]) - 1 / 256) > 0.001 / 256):
             raise ValueError(f"output {output.name!r} must have scale 1/256 and zero point "
@@ -339,7 +338,7 @@ class _Planner:
 
     def _quantize(self, inputs, output, options):
         (x,) = inputs
-        if x.dtype != "float32" or output.dtype not in _QUANTIZED:
+        if x.dtype != "float32" or output.dtype not in QUANTIZED_RANGES:
             raise ValueError(f"takes float32 to int8/uint8, got {x.dtype} to {output.dtype}")
         out_q = _per_tensor(output, f"output {output.name!r}")
         mode, dtype = self.mode, output.dtype
@@ -350,7 +349,7 @@ class _Planner:
 
     def _dequantize(self, inputs, output, options):
         (x,) = inputs
-        if x.dtype not in _QUANTIZED or output.dtype != "float32":
+        if x.dtype not in QUANTIZED_RANGES or output.dtype != "float32":
             raise ValueError(f"takes int8/uint8 to float32, got {x.dtype} to {output.dtype}")
         in_q = _per_tensor(x, f"input {x.name!r}")
         mode = self.mode
@@ -362,7 +361,7 @@ class _Planner:
     # -- checks ----------------------------------------------------------------------------
     def _same_type(self, x, output, rank):
         """The per-tensor quantizations of an 8-bit input and an output of its dtype."""
-        if x.dtype not in _QUANTIZED:
+        if x.dtype not in QUANTIZED_RANGES:
             raise ValueError(f"input {x.name!r} is {x.dtype}; the op takes int8 or uint8")
         if output.dtype != x.dtype:
             raise ValueError(f"output {output.name!r} is {output.dtype}, its input {x.name!r} "
@@ -439,7 +438,7 @@ def _per_tensor(tensor, role):
 
 
 def _check_grid(q, dtype, role):
-    lo, hi = integer.DTYPE_RANGES[dtype]
+    lo, hi = QUANTIZED_RANGES[dtype]
     if not np.all(np.isfinite(q.scale) & (q.scale > 0)):
         raise ValueError(f"{role}: scales must be positive and finite, got {q.scale.tolist()}")
     if np.any((q.zero_point < lo) | (q.zero_point > hi)):

@@ -3,10 +3,10 @@ its tensor's scale and zero point, layers with their bias and activation become 
 weights go onto the integer grid they were trained on and biases to int32."""
 import numpy as np
 
-from .model import Model, Op, Quantization, Tensor
+from .model import QUANTIZED_RANGES, Model, Op, Quantization, Tensor
 from .quant_params import grid_bounds, integer_grid, scale_and_zero_point
 
-WEIGHT_DTYPES = ("int8", "uint8")
+WEIGHT_DTYPES = tuple(QUANTIZED_RANGES)
 _FAKE_QUANTS = ("FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxArgs",
                 "FakeQuantWithMinMaxVarsPerChannel")
 _LAYERS = {"Conv2D": "CONV_2D", "DepthwiseConv2dNative": "DEPTHWISE_CONV_2D",

@@ -33,6 +33,8 @@ OP_OPTIONS = {
 PADDINGS = ("SAME", "VALID")
 ACTIVATIONS = ("NONE", "RELU", "RELU6")
 DTYPES = ("float32", "int8", "uint8", "int32")
+# The quantized types (activations, weights) and the values each holds.
+QUANTIZED_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
 
 @dataclass
@@ -118,7 +120,7 @@ class Model:
     @property
     def integer_dtype(self):
         """'int8' or 'uint8', the type of the model's quantized tensors (None if it has none)."""
-        return next((t.dtype for t in self.tensors.values() if t.dtype in ("int8", "uint8")), None)
+        return next((t.dtype for t in self.tensors.values() if t.dtype in QUANTIZED_RANGES), None)
 
     def tensor(self, name):
         try:

@@ -3,7 +3,6 @@
 # 13 brings per-axis QuantizeLinear; 21 is the newest opset the tests run in ONNX Runtime.
 MIN_OPSET, MAX_OPSET = 13, 21
 _SEP = "::"
-_INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 # ONNX TensorProto data types by numpy dtype name, and back.
 _ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "int32": 6, "int64": 7}
 _NUMPY_TYPES = {v: k for k, v in _ONNX_TYPES.items()}

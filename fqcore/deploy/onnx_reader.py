@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 
-from .model import Model, Op, Quantization, Tensor
-from .onnx_common import (INTEGER_TYPE_KEY, MAX_OPSET, MIN_OPSET, _INT_RANGES, _NUMPY_TYPES, _SEP,
+from .model import QUANTIZED_RANGES, Model, Op, Quantization, Tensor
+from .onnx_common import (INTEGER_TYPE_KEY, MAX_OPSET, MIN_OPSET, _NUMPY_TYPES, _SEP,
                           _TO_NCHW, _TO_NHWC, _need_onnx, _same_padding)
 
 # Bounds that keep an absurd file cheap to reject before anything is allocated.
@@ -65,7 +65,7 @@ class _Reader:
                                f"{MIN_OPSET} to {MAX_OPSET}")
         properties = {p.key: p.value for p in proto.metadata_props}
         self.integer_type = properties.get(INTEGER_TYPE_KEY, "uint8")
-        if self.integer_type not in _INT_RANGES:
+        if self.integer_type not in QUANTIZED_RANGES:
             self.fail("model", f"metadata {INTEGER_TYPE_KEY} is {self.integer_type!r}, not int8 "
                                f"or uint8")
         graph = proto.graph
@@ -89,7 +89,7 @@ class _Reader:
             if kind is None or kind[0] not in ("tensor", "output") or kind[1] != name:
                 self.fail(f"output {name!r}", "is not a Model tensor the graph computes")
         for name, tensor in self.tensors.items():
-            if tensor.dtype in _INT_RANGES and tensor.quantization is None:
+            if tensor.dtype in QUANTIZED_RANGES and tensor.quantization is None:
                 self.fail(f"input {name!r}", "is never dequantized, so it has no quantization")
         for pending in self.pending:
             if not pending.emitted:
@@ -224,7 +224,7 @@ class _Reader:
         scale = self.constant(where, node, 1)
         zero_point = self.constant(where, node, 2)
         if scale.shape != () or zero_point.shape != () or scale.dtype != np.float32 \
-                or zero_point.dtype.name not in _INT_RANGES:
+                or zero_point.dtype.name not in QUANTIZED_RANGES:
             self.fail(where, "needs a float32 scalar scale and an int8 / uint8 scalar zero point")
         if not (np.isfinite(scale) and scale > 0):
             self.fail(where, f"has scale {scale}")
@@ -353,7 +353,7 @@ class _Reader:
         for index in pending.inputs:
             tensor = self.tensors[index]
             if pending.kind != "QUANTIZE" and tensor.data is None \
-                    and tensor.dtype in _INT_RANGES and tensor.dtype != out.dtype:
+                    and tensor.dtype in QUANTIZED_RANGES and tensor.dtype != out.dtype:
                 self.fail(where, f"reads {tensor.dtype} {index!r} and writes {out.dtype}")
         self.ops.append(Op(pending.kind, list(pending.inputs), [name], options,
                            name=pending.name))
@@ -399,7 +399,7 @@ class _Reader:
         _, name, scale, zero_point, dq_axis = kind
         data = self.constants[name]
         x_dtype = self.tensors[x].dtype
-        if data.ndim != rank or data.dtype.name not in _INT_RANGES \
+        if data.ndim != rank or data.dtype.name not in QUANTIZED_RANGES \
                 or zero_point.dtype != data.dtype or scale.dtype != np.float32 \
                 or scale.shape != zero_point.shape or scale.ndim > 1:
             self.fail(where, f"weights {name!r} are not {rank}-D 8-bit with a matching scale "

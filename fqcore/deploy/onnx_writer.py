@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 
-from .model import ACTIVATIONS, PADDINGS, Model
-from .onnx_common import (INTEGER_TYPE_KEY, MAX_OPSET, MIN_OPSET, _INT_RANGES, _ONNX_TYPES, _SEP,
+from .model import ACTIVATIONS, PADDINGS, QUANTIZED_RANGES, Model
+from .onnx_common import (INTEGER_TYPE_KEY, MAX_OPSET, MIN_OPSET, _ONNX_TYPES, _SEP,
                           _TO_NCHW, _TO_NHWC, _need_onnx, _same_padding)
 
 PRODUCER = "fqcore"
@@ -23,7 +23,7 @@ def activation_is_redundant(activation, quantization, dtype):
     float32). ONNX Runtime then drops the Relu / Clip and fuses the op."""
     if activation == "NONE":
         return True
-    qmin, qmax = _INT_RANGES[dtype]
+    qmin, qmax = QUANTIZED_RANGES[dtype]
     zero_point = int(quantization.zero_point[0])
     if zero_point != qmin:
         return False
@@ -193,7 +193,7 @@ class _Writer:
     # -- ops -------------------------------------------------------------------------------
     def build(self):
         model = self.model
-        types = {t.dtype for t in model.tensors.values() if t.dtype in _INT_RANGES}
+        types = {t.dtype for t in model.tensors.values() if t.dtype in QUANTIZED_RANGES}
         if len(types) > 1:
             raise ValueError("ONNX export takes a Model whose integer tensors are all int8 or "
                              "all uint8, this one has both")
@@ -221,7 +221,7 @@ class _Writer:
             if tensor.data is None and tensor.name not in self.graph_inputs \
                     and tensor.name not in self.graph_outputs:
                 shape = [d if d >= 0 else "batch" for d in _onnx_shape(tensor.shape)]
-                stored = "uint8" if tensor.dtype in _INT_RANGES else tensor.dtype
+                stored = "uint8" if tensor.dtype in QUANTIZED_RANGES else tensor.dtype
                 self.value_info.append(helper.make_tensor_value_info(
                     tensor.name, _ONNX_TYPES[stored], shape))
         graph = helper.make_graph(
@@ -237,7 +237,7 @@ class _Writer:
         return proto
 
     def quantized(self, tensor, role):
-        if tensor.dtype not in _INT_RANGES or tensor.data is not None:
+        if tensor.dtype not in QUANTIZED_RANGES or tensor.data is not None:
             raise ValueError(f"{role} {tensor.name!r} must be an int8 or uint8 activation, got "
                              f"{'a constant ' if tensor.data is not None else ''}{tensor.dtype}")
         q = tensor.quantization

@@ -4,7 +4,7 @@ import operator
 
 import numpy as np
 
-from .model import ACTIVATIONS, OP_OPTIONS, PADDINGS, Model, Op, Quantization, Tensor
+from .model import ACTIVATIONS, OP_OPTIONS, PADDINGS, QUANTIZED_RANGES, Model, Op, Quantization, Tensor
 
 # Ranks beyond this no TFLite kernel of ours takes; a bound keeps absurd shapes cheap to reject.
 MAX_RANK = 8
@@ -21,7 +21,7 @@ _INPUT_COUNTS = {
 _POSITIVE_INT_OPTIONS = ("stride_h", "stride_w", "dilation_h", "dilation_w", "filter_h",
                          "filter_w", "depth_multiplier")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-_QUANT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-2 ** 31, 2 ** 31 - 1)}
+_QUANT_RANGES = {**QUANTIZED_RANGES, "int32": (-2 ** 31, 2 ** 31 - 1)}
 
 
 def _raiser(source):
@@ -177,11 +177,11 @@ def _check_layout(where, op, ins, out, fail):
             fail(where, f"quantizes {ins[0].dtype} to {out.dtype}; it takes float32 (or a "
                         f"quantized type) to int8 or uint8")
     elif kind == "DEQUANTIZE":
-        if ins[0].dtype not in ("int8", "uint8") or out.dtype != "float32":
+        if ins[0].dtype not in QUANTIZED_RANGES or out.dtype != "float32":
             fail(where, f"dequantizes {ins[0].dtype} to {out.dtype}; it takes int8 or uint8 to "
                         f"float32")
     for t in ins + [out]:
-        if t.dtype in ("int8", "uint8") and t.quantization is None:
+        if t.dtype in QUANTIZED_RANGES and t.quantization is None:
             fail(where, f"{t.dtype} tensor {t.name!r} has no quantization")
 
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from . import integer
-from .integer import DTYPE_RANGES
+from ..model import QUANTIZED_RANGES
 
 _F32 = np.float32
 _SHIFT = {"int8": 128, "uint8": 0}
@@ -48,7 +48,7 @@ def _fma(a, b, c):
 def activation_range(activation, quantization, dtype):
     """The fused activation's clamp as the graph applies it: QuantizeLinear of 0 and 6,
     zero point + rint(bound / scale), within the dtype's range."""
-    qmin, qmax = DTYPE_RANGES[dtype]
+    qmin, qmax = QUANTIZED_RANGES[dtype]
     zero_point = int(quantization.zero_point[0])
     if activation == "NONE":
         return qmin, qmax
@@ -63,7 +63,7 @@ def activation_range(activation, quantization, dtype):
 def _requantize(acc, scale, zero_point, act_min, act_max, dtype):
     """MlasRequantizeOutput: float32(acc) * scale, clamped, cvtps2dq, plus the zero point;
     then the activation's clamp (within the dtype's range)."""
-    qmin, qmax = DTYPE_RANGES[dtype]
+    qmin, qmax = QUANTIZED_RANGES[dtype]
     values = np.asarray(acc).astype(_F32) * scale
     values = np.clip(values, _F32(qmin - zero_point), _F32(qmax - zero_point))
     return np.clip(_cvtps(values) + zero_point, act_min, act_max).astype(dtype)
@@ -119,7 +119,7 @@ def _global_average(sums, count, input_q, output_q, dtype):
         raise ValueError(f"ONNX Runtime's global average pool refuses scale {scale} "
                          f"(s_in / (s_out * {count})) outside [2^-32, 256)")
     acc = sums - int(input_q.zero_point[0]) * count
-    qmin, qmax = DTYPE_RANGES[dtype]
+    qmin, qmax = QUANTIZED_RANGES[dtype]
     return _requantize(acc, scale, int(output_q.zero_point[0]), qmin, qmax, dtype)
 
 
@@ -211,7 +211,7 @@ def softmax(x, beta, input_q, output_q, dtype):
 def quantize(x, output_q, dtype):
     """MlasQuantizeLinear: x / scale, clamped to the range less the zero point (NaN to the
     bottom: MAXPS returns its second operand), cvtps2dq, plus the zero point."""
-    qmin, qmax = DTYPE_RANGES[dtype]
+    qmin, qmax = QUANTIZED_RANGES[dtype]
     zero_point = int(output_q.zero_point[0])
     with np.errstate(all="ignore"):
         values = np.asarray(x, _F32) / _F32(output_q.scale[0])

@@ -5,8 +5,9 @@ RoundingDivideByPOT and both MultiplyByQuantizedMultiplier variants), vectorized
 of int64 holding int32 values."""
 import numpy as np
 
+from ..model import QUANTIZED_RANGES
+
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-DTYPE_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
 
 def wrap_int32(x):
@@ -154,7 +155,7 @@ def activation_range(activation, quantization, dtype):
     """CalculateActivationRangeQuantized: (min, max) of the fused activation on the output grid.
     Each bound is zp + TfLiteRound(bound / scale) with a float32 division, intersected with the
     dtype's range."""
-    qmin, qmax = DTYPE_RANGES[dtype]
+    qmin, qmax = QUANTIZED_RANGES[dtype]
     scale = np.float32(quantization.scale[0])
     zero_point = int(quantization.zero_point[0])
 

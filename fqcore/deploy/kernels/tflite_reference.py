@@ -4,7 +4,8 @@ RoundingDivideByPOT), and as a TFLITE_SINGLE_ROUNDING build does (one rounding o
 import numpy as np
 
 from . import integer
-from .integer import DTYPE_RANGES, quantize_multiplier, rounding_divide_by_pot
+from ..model import QUANTIZED_RANGES
+from .integer import quantize_multiplier, rounding_divide_by_pot
 from .integer import saturating_rounding_doubling_high_mul as _srdhm
 
 _F64 = np.float64
@@ -128,7 +129,7 @@ class TFLiteArithmetic:
         sums = integer.wrap_int32(np.sum(x, axis=axes, dtype=np.int64, keepdims=keep_dims))
         centered = integer.wrap_int32(sums - _zero_point(input_q) * n)
         out = self._mbqm(centered, q, shift) + _zero_point(output_q)
-        return _clamp(out, *DTYPE_RANGES[dtype], dtype)
+        return _clamp(out, *QUANTIZED_RANGES[dtype], dtype)
 
     def softmax(self, x, beta, input_q, output_q, dtype):
         """reference_ops::Softmax for 8-bit tensors, along the last axis: gemmlowp's fixed-point
@@ -152,7 +153,7 @@ class TFLiteArithmetic:
             # TFLite's TFLITE_CHECK(exponent <= 31) aborts: the exponentials summed to 512 or more.
             raise ValueError("softmax: a row's exponentials sum to 512 or more, which TFLite's "
                              "reference kernel cannot represent (it aborts)")
-        lowest, highest = DTYPE_RANGES[dtype]
+        lowest, highest = QUANTIZED_RANGES[dtype]
         out = rounding_divide_by_pot(_srdhm(reciprocal, exps), exponent) + lowest
         return np.where(counted, np.clip(out, lowest, highest), lowest).astype(dtype)
 
@@ -163,7 +164,7 @@ class TFLiteArithmetic:
         int32 wrap-around, clamped to the dtype."""
         steps = integer.round_half_away(x.astype(np.float32) / _scale(output_q))
         q = integer.wrap_int32(integer.float_to_int32(steps) + _zero_point(output_q))
-        return _clamp(q, *DTYPE_RANGES[dtype], dtype)
+        return _clamp(q, *QUANTIZED_RANGES[dtype], dtype)
 
     def dequantize(self, x, input_q):
         """reference_ops::Dequantize: float32(double(scale) * (q - zp))."""
