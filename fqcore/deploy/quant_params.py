@@ -2,6 +2,8 @@
 double-precision one of TF's converter; and the integer grid of a fake-quantized constant."""
 import numpy as np
 
+from .kernels.integer import round_half_away
+
 F32 = np.float32
 ZERO_POINT_RULES = ("training", "converter")
 
@@ -9,10 +11,6 @@ ZERO_POINT_RULES = ("training", "converter")
 def grid_bounds(num_bits, narrow_range):
     """(qmin, qmax) of FakeQuant's unsigned grid."""
     return (1 if narrow_range else 0), (1 << num_bits) - 1
-
-
-def _round_half_away(x):
-    return np.where(x < 0, -np.floor(-x + 0.5), np.floor(x + 0.5))
 
 
 def scale_and_zero_point(min, max, num_bits=8, narrow_range=False, rule="training"):
@@ -33,7 +31,7 @@ def scale_and_zero_point(min, max, num_bits=8, narrow_range=False, rule="trainin
             zpf = F32(qmin) - lo / scale
         else:
             zpf = qmin - lo.astype(np.float64) / ((hi.astype(np.float64) - lo) / (qmax - qmin))
-    zero_point = np.clip(_round_half_away(zpf), qmin, qmax).astype(np.int64)
+    zero_point = np.clip(round_half_away(zpf), qmin, qmax).astype(np.int64)
     return scale.astype(F32), zero_point
 
 
