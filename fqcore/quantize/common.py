@@ -46,3 +46,10 @@ def context_of(name):
 
 def add_context(context, name):
     return f"{context}/{name}" if context else name
+
+
+def is_variable_read(tensor):
+    """A variable's value as consumers read it (`<var>/read`, an Identity of a VariableV2)."""
+    op = tensor.op
+    return op.type == "Identity" and bool(op.inputs) and op.inputs[0].op.type in (
+        "Variable", "VariableV2")
