@@ -58,17 +58,29 @@ def _bytes(array):
     return array.reshape(-1).view(np.uint8)
 
 
-def _per_channel(value, name, channels, required=True):
+def _tf_shape(shape):
+    """A shape as TF's error messages print it (TensorShape::DebugString): [2,3,3,4]."""
+    return "[" + ",".join(map(str, shape)) + "]"
+
+
+def _per_channel(value, name, channels, required=True, when=None):
     """A float32 vector of one value per channel; when not required, None whatever `value` is
-    (TF reads, and so checks, the running statistics only where it uses them)."""
+    (TF reads, and so checks, the running statistics only where it uses them). `when` is the
+    condition TF's message for a running statistic opens with ("When is_training=false")."""
     if not required:
         return None
+    words = f"{name} must have the same number of elements as the channels of x, got"
+    if when is not None:
+        words = f"{when}, {words}"
     if value is None:
-        raise ValueError(f"{name} is required: expected {channels} values, one per channel")
+        if when is None:
+            raise ValueError(f"{name} is required: expected {channels} values, one per channel")
+        # TF's Python wrapper passes a missing statistic as an empty tensor: 0 elements.
+        raise ValueError(f"{words} 0 and {channels}; {name} is required: expected {channels} "
+                         f"values, one per channel, got None")
     array = _array(value, name)
     if array.ndim != 1 or array.shape[0] != channels:
-        raise ValueError(f"{name} must have the same number of elements as the channels of x, "
-                         f"got {array.size if array.ndim == 1 else array.shape} and {channels}")
+        raise ValueError(f"{words} {array.size if array.ndim == 1 else array.shape} and {channels}")
     return _kernel_form(array)
 
 
@@ -90,8 +102,10 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=1e-4,
     scale = _per_channel(scale, "scale", channels)
     offset = _per_channel(offset, "offset", channels)
     needs_stats = not is_training or np.float32(factor) != 1
-    mean = _per_channel(mean, "mean", channels, needs_stats)
-    variance = _per_channel(variance, "variance", channels, needs_stats)
+    # TF's message opens with why it reads the statistics; inference's reason wins when both hold.
+    when = "When exponential_avg_factor != 1" if is_training else "When is_training=false"
+    mean = _per_channel(mean, "mean", channels, needs_stats, when)
+    variance = _per_channel(variance, "variance", channels, needs_stats, when)
     y = np.empty(x.shape, x.dtype)
     if not is_training:
         _kernels.bn_forward_inference(_bytes(x), code, channels_last, outer, channels, inner, scale,
@@ -116,7 +130,10 @@ def fused_batch_norm_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2
     y_backprop, code = _elements(y_backprop, "y_backprop")
     x, x_code = _elements(x, "x")
     if y_backprop.shape != x.shape:
-        raise ValueError(f"x and y_backprop must have the same shape, got {x.shape} and {y_backprop.shape}")
+        raise ValueError(f"x and y_backprop must have same shape, but x has shape "
+                         f"{_tf_shape(x.shape)} and y_backprop has shape "
+                         f"{_tf_shape(y_backprop.shape)}: got x {x.shape} and y_backprop "
+                         f"{y_backprop.shape}")
     if x_code != code:
         raise TypeError(f"x and y_backprop must have the same dtype, got {x.dtype} and {y_backprop.dtype}")
     channels_last, outer, channels, inner = _layout(data_format, x)

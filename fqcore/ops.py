@@ -196,9 +196,9 @@ def _channel_range(value, name, channels):
 
 def _channel_ranges(inputs, min, max):
     """The per-channel min and max for `inputs`, whose last dimension holds the channels."""
-    if inputs.ndim == 0:
-        raise ValueError("inputs must be rank 1 or higher for per-channel quantization "
-                         "(channels are the last dimension), got a rank-0 array")
+    if inputs.ndim == 0:  # TF's words first (its shape function), then which array and why
+        raise ValueError(f"inputs must be at least rank 1, got shape {inputs.shape}: per-channel "
+                         f"quantization takes its channels from the last dimension")
     channels = inputs.shape[-1]
     return _channel_range(min, "min", channels), _channel_range(max, "max", channels)
 

@@ -91,14 +91,15 @@ def test_attribute_ints_too_large_for_a_float_are_named():
 
 
 def test_statistics_of_wrong_length():
-    with pytest.raises(ValueError, match="mean must have the same number of elements as the channels of x, got 3 and 4"):
+    with pytest.raises(ValueError, match="When is_training=false, mean must have the same number of elements as the channels of x, got 3 and 4"):
         forward(mean=ones(3), variance=ones(4), is_training=False)
     with pytest.raises(ValueError, match="reserve_space_2 must have the same number of elements as the channels of x, got 5 and 4"):
         grad(rs2=ones(5))
 
 
 def test_x_and_y_backprop_shapes_must_match():
-    with pytest.raises(ValueError, match=r"x and y_backprop must have the same shape, got \(2, 3, 3, 4\) and \(2, 3, 4, 4\)"):
+    with pytest.raises(ValueError, match=r"x and y_backprop must have same shape, but x has shape \[2,3,3,4\] and y_backprop has shape "
+                                         r"\[2,3,4,4\]: got x \(2, 3, 3, 4\) and y_backprop \(2, 3, 4, 4\)"):
         grad(dy=ones(2, 3, 4, 4))
 
 

@@ -157,7 +157,7 @@ def test_per_channel_ranges_of_the_wrong_length_or_rank():
         fqcore.fake_quant_with_min_max_vars_per_channel(x, LO[:7], HI)
     with pytest.raises(ValueError, match="max must be rank 1 but is rank 2"):
         fqcore.fake_quant_with_min_max_vars_per_channel_gradient(x, x, LO, HI.reshape(1, -1))
-    with pytest.raises(ValueError, match="rank 1 or higher"):
+    with pytest.raises(ValueError, match="inputs must be at least rank 1"):
         fqcore.fake_quant_with_min_max_vars_per_channel(np.float32(1) * np.ones((), np.float32),
                                                         LO[:1], HI[:1])
 
