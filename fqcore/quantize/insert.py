@@ -18,26 +18,28 @@ _PASS_THROUGH = {"Reshape", "Identity", "BatchToSpaceND", "SpaceToBatchND", "Max
 
 
 class _Patterns:
-    """contrib's patterns: weight -> layer -> [fold correction] -> [bias add] -> [bypass] ->
-    activation -> [post-activation bypass]."""
+    """contrib's patterns: weight -> layer -> [BatchToSpaceND] -> [fold correction] ->
+    [bias add] -> [bypass] -> activation -> [post-activation bypass]."""
 
     def __init__(self):
         self.weight_read = Op("Identity", [Op("Variable|VariableV2")])
         self.folded_weight = Op("Mul")
         self.layer = Op(_QUANTIZABLE, [ANY, OneOf([self.weight_read, self.folded_weight])],
                         ordered=False)
-        folded_bias_mul = Op("Mul", [ANY, self.layer], ordered=False)
+        # An atrous layer's output comes back through BatchToSpaceND.
+        layer_output = OneOf([Op("BatchToSpaceND", [self.layer, ANY, ANY]), self.layer])
+        folded_bias_mul = Op("Mul", [ANY, layer_output], ordered=False)
         correction = Op("Add|AddV2", [folded_bias_mul, ANY], ordered=False)
         self.folded_bias_add = Op("Add|AddV2", [correction, ANY], ordered=False)
         batch_norm_identity = Op("Identity", [self.folded_bias_add])
-        self.bias_add = Op("Add|AddV2|BiasAdd", [self.layer, ANY], ordered=False)
+        self.bias_add = Op("Add|AddV2|BiasAdd", [layer_output, ANY], ordered=False)
         self.bypass = Op("Add|AddV2", [OneOf([self.bias_add, self.folded_bias_add,
                                               batch_norm_identity]), ANY], ordered=False)
         self.activation = Op("|".join(sorted(_ACTIVATION_TYPES)), [OneOf([
             self.bias_add, self.folded_bias_add, batch_norm_identity, self.bypass, self.layer])])
         self.post_bypass = Op("Add|AddV2", [ANY, self.activation], ordered=False)
         self.final = OneOf([self.bias_add, self.folded_bias_add])
-        self.separable = Op(_QUANTIZABLE, [self.layer, ANY], ordered=False)
+        self.separable = Op(_QUANTIZABLE, [layer_output, ANY], ordered=False)
 
     def weight(self, found, folded=True):
         weight = get_tensor(found, self.weight_read)
@@ -97,8 +99,10 @@ class _Inserter:
     """Inserts quantizers with one set of options; consumers are those before any insertion."""
 
     def __init__(self, graph, is_training, weight_bits, activation_bits, symmetric, ema_decay,
-                 quant_delay, scope, weight_symmetric=None, weight_per_channel=False):
+                 quant_delay, scope, weight_symmetric=None, weight_per_channel=False,
+                 vars_collection=None):
         self.graph = graph
+        self.vars_collection = vars_collection
         self.is_training = is_training
         self.weight_bits = weight_bits
         self.activation_bits = activation_bits
@@ -140,12 +144,13 @@ class _Inserter:
             if moving_avg:
                 quant = quant_ops.moving_avg_quantize(
                     g, x, prefix, self.is_training, init_min=init_min, ema_decay=self.ema_decay,
-                    num_bits=bits, narrow_range=narrow_range, symmetric=symmetric)
+                    num_bits=bits, narrow_range=narrow_range, symmetric=symmetric,
+                    vars_collection=self.vars_collection)
             else:
                 quant = quant_ops.last_value_quantize(
                     g, x, prefix, self.is_training, init_min=init_min, num_bits=bits,
                     narrow_range=narrow_range, symmetric=symmetric, per_channel=per_channel,
-                    depthwise=depthwise)
+                    depthwise=depthwise, vars_collection=self.vars_collection)
             if self.quant_delay and self.quant_delay > 0:
                 active = build.greater_equal(common.quantization_step(g),
                                              np.int64(self.quant_delay),
@@ -260,12 +265,14 @@ def check_per_channel_weights(graph, scope=None):
 
 def quantize(graph, is_training, weight_bits=8, activation_bits=8, symmetric=False,
              ema_decay=0.999, quant_delay=None, scope=None, weight_symmetric=None,
-             weight_per_channel=False):
+             weight_per_channel=False, vars_collection=None):
     """Inserts the fake quant ops into `graph` in place. weight_symmetric (None: `symmetric`)
     sets the weight quantizers' symmetric flag alone; weight_per_channel makes them per
-    output channel, symmetric and narrow."""
+    output channel, symmetric and narrow; vars_collection is a collection the range variables
+    join besides the global variables."""
     inserter = _Inserter(graph, is_training, weight_bits, activation_bits, symmetric, ema_decay,
-                         quant_delay, scope, weight_symmetric, weight_per_channel)
+                         quant_delay, scope, weight_symmetric, weight_per_channel,
+                         vars_collection)
     quantized = set()
     for match in _find_layers(graph):
         quantized |= inserter.quantize_layer(match)

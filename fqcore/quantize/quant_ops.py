@@ -3,14 +3,20 @@ MovingAvgQuantize (activations, zero-debiased EMA), built from graph ops with co
 import numpy as np
 
 from ..graph import build
+from ..graph.core import GraphKeys
 from ..graph.variables import variable
 
 
-def _range(x, num_bits, narrow_range, symmetric, axis=None):
-    """Batch min/max of x (over `axis`, None: all) widened to contain 0 (or made symmetric),
-    as quantizers.md says; elementwise per channel."""
-    batch_min = build.reduce_min(x, axis=axis, name="BatchMin")
-    batch_max = build.reduce_max(x, axis=axis, name="BatchMax")
+def _range(x, num_bits, narrow_range, symmetric, per_channel=False):
+    """Batch min/max of x (per tensor: over every axis, whatever its rank; per channel: over all
+    but the last, a 1-D x being its own per-channel range) widened to contain 0 (or made
+    symmetric), as quantizers.md says."""
+    if per_channel and len(x.shape) == 1:
+        batch_min = batch_max = x
+    else:
+        axis = list(range(len(x.shape) - 1)) if per_channel else None
+        batch_min = build.reduce_min(x, axis=axis, name="BatchMin")
+        batch_max = build.reduce_max(x, axis=axis, name="BatchMax")
     if symmetric:
         ratio = -1.0 if narrow_range else -((1 << num_bits) - 2) / (1 << num_bits)
         return (build.minimum(batch_min, build.divide(batch_max, np.float32(ratio))),
@@ -18,9 +24,22 @@ def _range(x, num_bits, narrow_range, symmetric, axis=None):
     return build.minimum(batch_min, np.float32(0.0)), build.maximum(batch_max, np.float32(0.0))
 
 
-def _min_max_variables(init_min, init_max, shape=()):
-    return (variable("min", np.full(shape, init_min, np.float32), trainable=False),
-            variable("max", np.full(shape, init_max, np.float32), trainable=False))
+def _min_max_variables(init_min, init_max, shape=(), vars_collection=None):
+    """`min` and `max`, global variables that also join `vars_collection` when given."""
+    collections = [GraphKeys.GLOBAL_VARIABLES]
+    if vars_collection and vars_collection != GraphKeys.GLOBAL_VARIABLES:
+        collections.append(vars_collection)
+    return (variable("min", np.full(shape, init_min, np.float32), trainable=False,
+                     collections=collections),
+            variable("max", np.full(shape, init_max, np.float32), trainable=False,
+                     collections=collections))
+
+
+def _check_per_channel_shape(x, rank):
+    shape = x.shape
+    if shape is None or None in shape or len(shape) < rank:
+        raise ValueError(f"per-channel quantization of {x.name} needs a known shape of rank "
+                         f"{rank} or more, got {shape}")
 
 
 def _fake_quant(x, lo, hi, num_bits, narrow_range, per_channel=False):
@@ -31,26 +50,25 @@ def _fake_quant(x, lo, hi, num_bits, narrow_range, per_channel=False):
 
 def last_value_quantize(graph, x, name_prefix, is_training, init_min=-6.0, init_max=6.0,
                         num_bits=8, narrow_range=False, symmetric=False, per_channel=False,
-                        depthwise=False):
+                        depthwise=False, vars_collection=None):
     """Range = this batch's (Assign{Min,Max}Last), then fake quant with it. per_channel (as
     contrib's LastValueQuantize(per_channel=True)): one range per last-axis channel, batch
     min/max over the other axes, FakeQuantWithMinMaxVarsPerChannel. depthwise: x is a depthwise
     filter [kh, kw, cin, m], quantized along TFLite's output channels c = i * m + k (its filter
     is [1, kh, kw, cin * m]) between a Reshape to [kh, kw, cin * m] and one back."""
     with graph.name_scope(name_prefix):
-        shape, rank = x.shape, 4 if depthwise else 2
-        if per_channel and (shape is None or None in shape or len(shape) < rank):
-            raise ValueError(f"per-channel quantization of {x.name} needs a known shape of rank "
-                             f"{rank if depthwise else '2 or more'}, got {shape}")
+        shape = x.shape
+        if per_channel:
+            _check_per_channel_shape(x, 4 if depthwise else 1)
         if depthwise:
             x = build.reshape(x, [shape[0], shape[1], shape[2] * shape[3]])
         min_var, max_var = _min_max_variables(init_min, init_max,
-                                              (x.shape[-1],) if per_channel else ())
+                                              (x.shape[-1],) if per_channel else (),
+                                              vars_collection)
         if not is_training:
             y = _fake_quant(x, min_var.read, max_var.read, num_bits, narrow_range, per_channel)
         else:
-            axis = list(range(len(x.shape) - 1)) if per_channel else None
-            range_min, range_max = _range(x, num_bits, narrow_range, symmetric, axis)
+            range_min, range_max = _range(x, num_bits, narrow_range, symmetric, per_channel)
             assign_min = graph.create_op("Assign", [min_var.op.outputs[0], range_min],
                                          {"use_locking": True, "validate_shape": True},
                                          name="AssignMinLast")
@@ -63,18 +81,25 @@ def last_value_quantize(graph, x, name_prefix, is_training, init_min=-6.0, init_
 
 
 def moving_avg_quantize(graph, x, name_prefix, is_training, init_min=-6.0, init_max=6.0,
-                        ema_decay=0.999, num_bits=8, narrow_range=False, symmetric=False):
-    """Range = zero-debiased EMA of batch ranges (Assign{Min,Max}Ema), then fake quant with it."""
+                        ema_decay=0.999, num_bits=8, narrow_range=False, symmetric=False,
+                        per_channel=False, vars_collection=None):
+    """Range = zero-debiased EMA of batch ranges (Assign{Min,Max}Ema), then fake quant with it.
+    Per tensor, x may have any rank, known or not (the batch range reduces every axis)."""
     with graph.name_scope(name_prefix) as scope:
-        min_var, max_var = _min_max_variables(init_min, init_max)
+        if per_channel:
+            _check_per_channel_shape(x, 1)
+        min_var, max_var = _min_max_variables(init_min, init_max,
+                                              (x.shape[-1],) if per_channel else (),
+                                              vars_collection)
         if not is_training:
-            return _fake_quant(x, min_var.read, max_var.read, num_bits, narrow_range)
-        range_min, range_max = _range(x, num_bits, narrow_range, symmetric)
+            return _fake_quant(x, min_var.read, max_var.read, num_bits, narrow_range,
+                               per_channel)
+        range_min, range_max = _range(x, num_bits, narrow_range, symmetric, per_channel)
         assign_min = _assign_moving_average(graph, scope, min_var, range_min, ema_decay,
                                             "AssignMinEma")
         assign_max = _assign_moving_average(graph, scope, max_var, range_max, ema_decay,
                                             "AssignMaxEma")
-        return _fake_quant(x, assign_min, assign_max, num_bits, narrow_range)
+        return _fake_quant(x, assign_min, assign_max, num_bits, narrow_range, per_channel)
 
 
 def _assign_moving_average(graph, scope, var, value, ema_decay, name):
