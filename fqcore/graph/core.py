@@ -124,6 +124,8 @@ class Graph:
         self._version = 0
         self.seed = 0
         self._init_rng = None
+        # What the last quantization rewrite left out (fqcore.quantize.RewriteReport).
+        self.quantize_report = None
 
     def initializer_rng(self):
         """The stream layers draw initial weights from: PCG64(graph.seed), made on first use, so

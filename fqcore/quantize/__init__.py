@@ -4,14 +4,23 @@ and returns None; it must run before an optimizer is attached. As in contrib, fo
 and quantized tensors are skipped, so rewriting a rewritten graph again changes nothing, whatever
 the second call's options.
 
+contrib's lower-level functions are here too, on any graph: Quantize, FoldBatchNorms, and
+quant_ops.LastValueQuantize / MovingAvgQuantize.
+
 fqcore extensions (keyword-only, defaults reproduce contrib): weight_symmetric (None follows
 `symmetric`; a bool sets the weight quantizers' flag alone) and weight_per_channel (per-output-
-channel symmetric narrow weight ranges, which int8 backends such as TFLite's require)."""
-from ..graph.core import get_default_graph
+channel symmetric narrow weight ranges, which int8 backends such as TFLite's require).
+
+Nothing is skipped in silence: after each rewrite `graph.quantize_report` (a RewriteReport, as
+`report(graph)` computes it) lists the layer-like ops neither folded nor quantized, with the
+reason, and a logging warning on the "fqcore.quantize" logger names them."""
+from ..graph.core import GraphKeys, get_default_graph
 from . import fold_batch_norms, insert
+from .report import RewriteReport, SkippedLayer, log_skipped, report
 
 __all__ = ["create_training_graph", "create_eval_graph", "experimental_create_training_graph",
-           "experimental_create_eval_graph"]
+           "experimental_create_eval_graph", "Quantize", "FoldBatchNorms", "report",
+           "RewriteReport", "SkippedLayer"]
 
 _TRAINING_OPS = frozenset([
     "ApplyAdagrad", "ApplyAdagradDA", "ApplyAdam", "ApplyCenteredRMSProp", "ApplyFtrl",
@@ -43,12 +52,28 @@ def _check_flag(name, value, allow_none=False):
         raise ValueError(f"{name} must be a bool{' or None' if allow_none else ''}, got {value!r}")
 
 
+def _check_graph(name, graph):
+    if not hasattr(graph, "get_operations"):
+        raise TypeError(f"{name} must be an fqcore.graph.Graph, got {type(graph).__name__}")
+
+
+def _check_no_training_ops(graph):
+    found = {op.type for op in graph.get_operations()} & _TRAINING_OPS
+    if found:
+        raise ValueError(f"Training op found in graph, exiting {found}")
+
+
+def _finish(graph, scope=None, layers=True):
+    """Attaches the rewrite's report to the graph and warns about what it skipped."""
+    graph.quantize_report = report(graph, scope, layers)
+    log_skipped(graph.quantize_report)
+
+
 def _create_graph(input_graph, is_training, weight_bits=8, activation_bits=8, symmetric=False,
                   quant_delay=None, freeze_bn_delay=None, scope=None, weight_symmetric=None,
                   weight_per_channel=False):
     graph = input_graph if input_graph is not None else get_default_graph()
-    if not hasattr(graph, "get_operations"):
-        raise TypeError(f"input_graph must be an fqcore.graph.Graph, got {type(input_graph).__name__}")
+    _check_graph("input_graph", graph)
     _check_bits("weight_bits", weight_bits)
     _check_bits("activation_bits", activation_bits)
     _check_delay("quant_delay", quant_delay)
@@ -59,11 +84,8 @@ def _create_graph(input_graph, is_training, weight_bits=8, activation_bits=8, sy
     if weight_per_channel and weight_symmetric is False:
         raise ValueError("weight_symmetric=False contradicts weight_per_channel=True, whose "
                          "weight ranges are always symmetric")
-    if scope is not None and not isinstance(scope, str):
-        raise TypeError(f"scope must be a string or None, got {scope!r}")
-    found = {op.type for op in graph.get_operations()} & _TRAINING_OPS
-    if found:
-        raise ValueError(f"Training op found in graph, exiting {found}")
+    _check_scope(scope)
+    _check_no_training_ops(graph)
     with graph.as_default():
         if weight_per_channel:
             # Before folding, so that a refused layer leaves the graph untouched.
@@ -73,6 +95,51 @@ def _create_graph(input_graph, is_training, weight_bits=8, activation_bits=8, sy
                         activation_bits=activation_bits, symmetric=symmetric,
                         quant_delay=quant_delay, scope=scope, weight_symmetric=weight_symmetric,
                         weight_per_channel=weight_per_channel)
+    _finish(graph, scope)
+
+
+def _check_scope(scope):
+    if scope is not None and not isinstance(scope, str):
+        raise TypeError(f"scope must be a string or None, got {scope!r}")
+
+
+def Quantize(graph, is_training, weight_bits=8, activation_bits=8, symmetric=False,
+             ema_decay=0.999, quant_delay=None, vars_collection=GraphKeys.GLOBAL_VARIABLES,
+             scope=None):
+    """contrib's quantize.Quantize: inserts the fake quant ops into `graph` (batch norms are not
+    folded; call FoldBatchNorms first). The range variables are global variables and also join
+    `vars_collection`."""
+    _check_graph("graph", graph)
+    _check_flag("is_training", is_training)
+    _check_bits("weight_bits", weight_bits)
+    _check_bits("activation_bits", activation_bits)
+    _check_flag("symmetric", symmetric)
+    if isinstance(ema_decay, bool) or not isinstance(ema_decay, (int, float)) or \
+            not 0.0 <= ema_decay <= 1.0:
+        raise ValueError(f"ema_decay must be a number in [0, 1], got {ema_decay!r}")
+    _check_delay("quant_delay", quant_delay)
+    if not isinstance(vars_collection, str) or not vars_collection:
+        raise ValueError(f"vars_collection must be a collection name, got {vars_collection!r}")
+    _check_scope(scope)
+    _check_no_training_ops(graph)
+    with graph.as_default():
+        insert.quantize(graph, is_training, weight_bits=weight_bits,
+                        activation_bits=activation_bits, symmetric=symmetric,
+                        ema_decay=float(ema_decay), quant_delay=quant_delay, scope=scope,
+                        vars_collection=vars_collection)
+    _finish(graph, scope)
+
+
+def FoldBatchNorms(graph, is_training, freeze_batch_norm_delay=None):
+    """contrib's fold_batch_norms.FoldBatchNorms: folds every fused and unfused batch norm that
+    follows a Conv2D, DepthwiseConv2dNative or MatMul into it, in place."""
+    _check_graph("graph", graph)
+    _check_flag("is_training", is_training)
+    _check_delay("freeze_batch_norm_delay", freeze_batch_norm_delay)
+    _check_no_training_ops(graph)
+    with graph.as_default():
+        fold_batch_norms.fold_batch_norms(graph, is_training, freeze_batch_norm_delay)
+    _finish(graph, layers=False)
 
 
 def create_training_graph(input_graph=None, quant_delay=0, *, weight_symmetric=None,

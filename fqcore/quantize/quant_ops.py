@@ -128,3 +128,57 @@ def _assign_moving_average(graph, scope, var, value, ema_decay, name):
         return graph.create_op("Assign", [var.op.outputs[0], unbiased],
                                {"use_locking": True, "validate_shape": True},
                                full_name=op_scope[:-1]).outputs[0]
+
+
+def _check_quantizer_args(inputs, init_min, init_max, num_bits, reuse, per_channel):
+    if not hasattr(inputs, "op") or not hasattr(inputs.op, "graph"):
+        raise TypeError(f"inputs must be an fqcore.graph Tensor, got {type(inputs).__name__}")
+    if isinstance(num_bits, bool) or not isinstance(num_bits, int) or not 2 <= num_bits <= 16:
+        raise ValueError(f"num_bits must be an int in [2, 16], got {num_bits!r}")
+    for name, value in (("init_min", init_min), ("init_max", init_max)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not np.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if init_min > init_max:
+        raise ValueError(f"init_min must not exceed init_max, got {init_min!r} > {init_max!r}")
+    if reuse:
+        raise ValueError(f"reuse={reuse!r} is not supported: each call makes its own min and max "
+                         f"variables under a new scope (as contrib does with reuse=None)")
+    if per_channel and (inputs.shape is None or len(inputs.shape) not in (1, 2, 4)):
+        raise ValueError(f"per_channel quantization expects a 1-D, 2-D or 4-D input (as "
+                         f"contrib), got {inputs.name} of shape {inputs.shape}")
+
+
+def LastValueQuantize(inputs, per_channel=False, init_min=-6.0, init_max=6.0,
+                      vars_collection=None, name_prefix="LastValueQuant", reuse=None,
+                      is_training=True, num_bits=8, narrow_range=False, symmetric=False):
+    """contrib's quant_ops.LastValueQuantize on `inputs`' graph: variables `<scope>/min` and
+    `<scope>/max` (scope `name_prefix`, made unique) hold the last batch's range."""
+    _check_quantizer_args(inputs, init_min, init_max, num_bits, reuse, per_channel)
+    graph = inputs.op.graph
+    with graph.as_default():
+        return last_value_quantize(graph, inputs, name_prefix, bool(is_training),
+                                   init_min=float(init_min), init_max=float(init_max),
+                                   num_bits=num_bits, narrow_range=bool(narrow_range),
+                                   symmetric=bool(symmetric), per_channel=bool(per_channel),
+                                   vars_collection=vars_collection)
+
+
+def MovingAvgQuantize(inputs, per_channel=False, init_min=-6.0, init_max=6.0, ema_decay=0.999,
+                      vars_collection="moving_average_variables",
+                      name_prefix="MovingAvgQuantize", reuse=None, is_training=True, num_bits=8,
+                      narrow_range=False, symmetric=False):
+    """contrib's quant_ops.MovingAvgQuantize on `inputs`' graph: the range is the zero-debiased
+    moving average of batch ranges. Per tensor, `inputs` may have any rank, known or not."""
+    _check_quantizer_args(inputs, init_min, init_max, num_bits, reuse, per_channel)
+    if isinstance(ema_decay, bool) or not isinstance(ema_decay, (int, float)) or \
+            not 0.0 <= ema_decay <= 1.0:
+        raise ValueError(f"ema_decay must be a number in [0, 1], got {ema_decay!r}")
+    graph = inputs.op.graph
+    with graph.as_default():
+        return moving_avg_quantize(graph, inputs, name_prefix, bool(is_training),
+                                   init_min=float(init_min), init_max=float(init_max),
+                                   ema_decay=float(ema_decay), num_bits=num_bits,
+                                   narrow_range=bool(narrow_range), symmetric=bool(symmetric),
+                                   per_channel=bool(per_channel),
+                                   vars_collection=vars_collection)
