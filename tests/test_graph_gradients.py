@@ -98,6 +98,7 @@ def _binary_builder(op_type, builder):
 _BINARY = {
     "AddV2": G.add, "Add": None, "Sub": G.subtract, "Mul": G.multiply, "RealDiv": G.divide,
     "Pow": G.build.pow, "Minimum": G.minimum, "Maximum": G.maximum,
+    "SquaredDifference": G.build.squared_difference,
 }
 _SHAPES = {"same": ((2, 3), (2, 3)), "col_row": ((3, 1), (1, 4)), "scalar_matrix": ((), (3, 4)),
            "matrix_scalar": ((3, 4), ()), "row_matrix": ((4,), (3, 4))}
@@ -152,6 +153,24 @@ CASES += [
     Case("Reshape-minus1", ("Reshape",), {"x": _rng("rs1").standard_normal((2, 3, 2))},
          lambda p: G.reshape(p["x"], [-1, 2])),
 ]
+
+for _axis in (None, 0, [-2], [0, 2]):
+    CASES.append(Case(f"Squeeze-axis{_axis}".replace(" ", ""), ("Squeeze",),
+                      {"x": _rng(f"sq{_axis}").standard_normal((1, 3, 1, 2))},
+                      (lambda a: lambda p: G.build.squeeze(p["x"], a))(_axis)))
+
+# SpaceToBatchND and BatchToSpaceND: (block_shape, paddings = crops, input shape of each)
+_SPACE_BATCH = [
+    ([2, 2], [[0, 0], [0, 0]], (1, 4, 4, 1), (4, 2, 2, 1)),
+    ([2, 3], [[1, 1], [2, 1]], (2, 4, 3, 2), (12, 3, 2, 2)),
+    ([3], [[2, 1]], (1, 3, 2), (3, 2, 2)),
+]
+for _block, _pairs, _s2b_shape, _b2s_shape in _SPACE_BATCH:
+    for _op, _builder, _shape in (("SpaceToBatchND", G.build.space_to_batch_nd, _s2b_shape),
+                                  ("BatchToSpaceND", G.build.batch_to_space_nd, _b2s_shape)):
+        _key = f"{_op}-block{_block}-pairs{_pairs}".replace(" ", "")
+        CASES.append(Case(_key, (_op,), _arrays(_key, x=_shape),
+                          (lambda f, b, c: lambda p: f(p["x"], b, c))(_builder, _block, _pairs)))
 
 _REDUCERS = {"Mean": G.reduce_mean, "Sum": G.reduce_sum, "Min": G.reduce_min, "Max": G.reduce_max}
 for _op, _reduce in _REDUCERS.items():

@@ -1,4 +1,6 @@
 """Functions that add ops to the default graph, named and shaped as TF1's (tf.add, tf.nn.conv2d...)."""
+import operator
+
 import numpy as np
 
 from .core import Tensor, get_default_graph
@@ -32,6 +34,11 @@ def placeholder(dtype="float32", shape=None, name="Placeholder"):
 
 def identity(x, name="Identity"):
     return _op("Identity", [x], name=name).outputs[0]
+
+
+def stop_gradient(x, name="StopGradient"):
+    """x, through which no gradient flows back."""
+    return _op("StopGradient", [x], name=name).outputs[0]
 
 
 def _binary(op_type, default_name, x, y, name):
@@ -79,6 +86,10 @@ def greater_equal(x, y, name=None):
     return _binary("GreaterEqual", "GreaterEqual", x, y, name)
 
 
+def squared_difference(x, y, name="SquaredDifference"):
+    return _binary("SquaredDifference", "SquaredDifference", x, y, name)
+
+
 def reciprocal(x, name="Reciprocal"):
     return _op("Reciprocal", [x], name=name).outputs[0]
 
@@ -95,6 +106,33 @@ def size(x, name="Size"):
     return _op("Size", [x], name=name).outputs[0]
 
 
+def rank(x, name="Rank"):
+    return _op("Rank", [x], name=name).outputs[0]
+
+
+_RANGE_DTYPES = [np.dtype(t) for t in ("int32", "int64", "float32", "float64")]
+
+
+def range(start, limit=None, delta=1, name="range"):
+    """TF's tf.range: Range(start, limit, delta), (0, start, delta) when limit is None. Values
+    that are not tensors become Consts `<name>/start`, `limit`, `delta`; all three are cast to
+    the widest of their dtypes (int32 < int64 < float32 < float64), as TF does."""
+    if limit is None:
+        start, limit = 0, start
+    g = _graph()
+    with g.name_scope(name) as scope:
+        operands = [value if isinstance(value, Tensor) else constant(value, name=label)
+                    for value, label in ((start, "start"), (limit, "limit"), (delta, "delta"))]
+        for t in operands:
+            if t.dtype not in _RANGE_DTYPES:
+                raise ValueError(f"{scope[:-1]}: operands must be int32, int64, float32 or "
+                                 f"float64, got {t.name} of dtype {t.dtype}")
+        dtype = max((t.dtype for t in operands), key=_RANGE_DTYPES.index)
+        operands = [t if t.dtype == dtype else cast(t, dtype) for t in operands]
+        return g.create_op("Range", operands, {"Tidx": dtype.name},
+                           full_name=scope[:-1]).outputs[0]
+
+
 def reshape(x, shape, name="Reshape"):
     g = _graph()
     with g.name_scope(name) as scope:
@@ -102,16 +140,64 @@ def reshape(x, shape, name="Reshape"):
         return g.create_op("Reshape", [x, target], full_name=scope[:-1]).outputs[0]
 
 
+def squeeze(x, axis=None, name="Squeeze"):
+    """x without its size-1 dims `axis` (an int or a list of ints; None: every size-1 dim)."""
+    axis = [] if axis is None else [axis] if np.isscalar(axis) else list(axis)
+    try:
+        dims = [operator.index(a) for a in axis]
+    except TypeError:
+        raise ValueError(f"{name}: axis must be None, an int or a list of ints, "
+                         f"got {axis!r}") from None
+    return _op("Squeeze", [x], {"squeeze_dims": dims}, name=name).outputs[0]
+
+
+def _int32_operand(value, name, op_name):
+    """A Tensor as given; a list or array as an int32 Const named `name` in the current scope."""
+    if isinstance(value, Tensor):
+        return value
+    array = np.asarray(value)
+    if array.size and array.dtype.kind not in "iu":
+        raise ValueError(f"{op_name}: {name} must be integers, got {array.dtype} {array.tolist()}")
+    return constant(array.astype(np.int32), name=name)
+
+
+def space_to_batch_nd(x, block_shape, paddings, name="SpaceToBatchND"):
+    """TF's SpaceToBatchND: the M dims after the batch zero-padded by paddings [M, 2], then cut
+    into blocks of block_shape [M] that are stacked into the batch."""
+    g = _graph()
+    with g.name_scope(name) as scope:
+        block_shape = _int32_operand(block_shape, "block_shape", scope[:-1])
+        paddings = _int32_operand(paddings, "paddings", scope[:-1])
+        return g.create_op("SpaceToBatchND", [x, block_shape, paddings],
+                           full_name=scope[:-1]).outputs[0]
+
+
+def batch_to_space_nd(x, block_shape, crops, name="BatchToSpaceND"):
+    """TF's BatchToSpaceND, the inverse of SpaceToBatchND: the batch's blocks of block_shape [M]
+    put back in place in the M dims after the batch, then cropped by crops [M, 2]."""
+    g = _graph()
+    with g.name_scope(name) as scope:
+        block_shape = _int32_operand(block_shape, "block_shape", scope[:-1])
+        crops = _int32_operand(crops, "crops", scope[:-1])
+        return g.create_op("BatchToSpaceND", [x, block_shape, crops],
+                           full_name=scope[:-1]).outputs[0]
+
+
 def _reduce(op_type, default_name, x, axis, keepdims, name):
-    """A reduction. axis=None reduces every axis through a Const named `Const` in the current
-    scope, an explicit axis through `<name>/reduction_indices` (both as TF names them)."""
+    """A reduction. axis=None reduces every axis, as TF's _ReductionDims builds them in the
+    current scope: a Const named `Const` when x's rank is known, else range(0, rank(x)) at run
+    time. An explicit axis goes through `<name>/reduction_indices` (as TF names it)."""
     g = _graph()
     if axis is None:
         if x.shape is None:
-            raise ValueError(f"{default_name}: axis=None needs a tensor of known rank")
-        axes = constant(np.arange(len(x.shape), dtype=np.int32), name="Const")
-        return g.create_op(op_type, [x, axes], {"keep_dims": bool(keepdims)},
-                           name=name or default_name).outputs[0]
+            axes = range(0, rank(x))
+        else:
+            axes = constant(np.arange(len(x.shape), dtype=np.int32), name="Const")
+        out = g.create_op(op_type, [x, axes], {"keep_dims": bool(keepdims)},
+                          name=name or default_name).outputs[0]
+        if out.shape is None and not keepdims:
+            out.shape = ()  # reducing every axis gives a scalar (TF's _may_reduce_to_scalar)
+        return out
     with g.name_scope(name or default_name) as scope:
         axes = constant(np.asarray(axis, np.int32), name="reduction_indices")
         return g.create_op(op_type, [x, axes], {"keep_dims": bool(keepdims)},

@@ -64,4 +64,5 @@ def _load_definitions():
     global _loaded
     if not _loaded:
         _loaded = True
-        from .op_defs import array, control, math, nn, quant, state, train  # noqa: F401 (registers)
+        from .op_defs import (array, control, math, nn, quant,  # noqa: F401 (registers)
+                              space_batch, state, train)

@@ -51,6 +51,20 @@ def pow_(op, inputs, ctx):
     return (np.power(inputs[0], inputs[1]),)
 
 
+def _squared_difference_grad(op, inputs, outputs, grads):
+    """TF's: (2 g) (x - y) for x, its negation for y, each summed back to its operand's shape."""
+    x, y = inputs
+    g = grads[0]
+    dx = np.asarray((np.asarray(2, np.result_type(g)) * g) * np.subtract(x, y))
+    return [unbroadcast(dx, np.shape(x)), -unbroadcast(dx, np.shape(y))]
+
+
+@register("SquaredDifference", binary, gradient=_squared_difference_grad)
+def squared_difference(op, inputs, ctx):
+    difference = np.subtract(inputs[0], inputs[1])
+    return (np.multiply(difference, difference),)
+
+
 def _select_grad(pick_x):
     def gradient(op, inputs, outputs, grads):
         x, y = inputs
