@@ -1,9 +1,16 @@
-"""Layer builders with TF-slim names (<scope>/weights, <scope>/Conv2D, <scope>/BatchNorm/...)."""
+"""Layer builders with TF-slim names (<scope>/weights, <scope>/Conv2D, <scope>/BatchNorm/...);
+batch_norm lives in layers_batch_norm, the atrous (dilated) form in layers_atrous."""
 import numpy as np
 
 from . import build
-from .core import GraphKeys, get_default_graph
+from . import layers_atrous as atrous
+from .core import get_default_graph
+from .layers_batch_norm import batch_norm
 from .variables import variable
+
+__all__ = ["conv2d", "depthwise_conv2d", "separable_conv2d", "dense", "batch_norm", "max_pool",
+           "avg_pool", "global_avg_pool", "flatten", "sparse_softmax_cross_entropy", "he_normal",
+           "glorot_uniform"]
 
 _ACTIVATIONS = {None: None, "relu": build.relu, "relu6": build.relu6, "sigmoid": build.sigmoid,
                 "tanh": build.tanh}
@@ -56,34 +63,123 @@ def _finish(y, use_bias, channels, bn_args, is_training, activation):
 def conv2d(x, filters, kernel_size=3, stride=1, padding="SAME", activation="relu", use_bias=True,
            batch_norm=None, is_training=True, dilation=1, scope="Conv"):
     """Conv2D [+ BiasAdd | + BatchNorm] [+ activation] under `scope`. batch_norm: True or a
-    dict of batch_norm arguments (it replaces the bias)."""
+    dict of batch_norm arguments (it replaces the bias). dilation > 1 builds TF's atrous form
+    <scope>/Conv2D/SpaceToBatchND -> <scope>/Conv2D (VALID, stride 1) -> <scope>/Conv2D/BatchToSpaceND."""
     kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+    rate = atrous.pair(dilation, "dilation", "conv2d")
+    atrous.check_stride(stride, rate, "conv2d")
     g = get_default_graph()
     with g.name_scope(scope):
         cin = _channels(x, "conv2d")
         weights = variable("weights", he_normal((kh, kw, cin, filters), kh * kw * cin))
-        y = build.conv2d(x, weights.read, strides=stride, padding=padding, dilations=dilation)
+        if max(rate) == 1:
+            y = build.conv2d(x, weights.read, strides=stride, padding=padding, dilations=dilation)
+        else:
+            y = atrous.with_space_to_batch(
+                x, (kh, kw), rate, padding, _path(g, "Conv2D"),
+                lambda t: build.conv2d(t, weights.read, strides=1, padding="VALID",
+                                       name="Conv2D"), f"conv2d {g.get_name_scope()!r}")
         return _finish(y, use_bias, filters, batch_norm, is_training, activation)
 
 
 def depthwise_conv2d(x, kernel_size=3, depth_multiplier=1, stride=1, padding="SAME",
                      activation="relu", use_bias=True, batch_norm=None, is_training=True,
-                     scope="DepthwiseConv"):
-    """DepthwiseConv2dNative [+ BiasAdd | + BatchNorm] [+ activation] under `scope`."""
+                     scope="DepthwiseConv", dilation=1):
+    """DepthwiseConv2dNative [+ BiasAdd | + BatchNorm] [+ activation] under `scope`. The op is
+    <scope>/DepthwiseConv2dNative; dilation > 1 builds TF's nn.depthwise_conv2d atrous form
+    <scope>/depthwise/SpaceToBatchND -> <scope>/depthwise -> <scope>/depthwise/BatchToSpaceND."""
     kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+    rate = atrous.pair(dilation, "dilation", "depthwise_conv2d")
+    atrous.check_stride(stride, rate, "depthwise_conv2d")
     g = get_default_graph()
     with g.name_scope(scope):
         cin = _channels(x, "depthwise_conv2d")
         weights = variable("depthwise_weights", he_normal((kh, kw, cin, depth_multiplier), kh * kw))
-        y = build.depthwise_conv2d(x, weights.read, strides=stride, padding=padding)
+        if max(rate) == 1:
+            y = build.depthwise_conv2d(x, weights.read, strides=stride, padding=padding)
+        else:
+            y = _depthwise(g, x, weights.read, (kh, kw), stride, padding, rate,
+                           f"depthwise_conv2d {g.get_name_scope()!r}")
         return _finish(y, use_bias, cin * depth_multiplier, batch_norm, is_training, activation)
+
+
+def separable_conv2d(x, filters, kernel_size=3, depth_multiplier=1, stride=1, padding="SAME",
+                     dilation=1, activation="relu", use_bias=True, batch_norm=None,
+                     is_training=True, scope="SeparableConv2d"):
+    """slim's separable_conv2d: variables <scope>/depthwise_weights [kh, kw, cin, m] and, unless
+    filters is None, <scope>/pointwise_weights [1, 1, cin*m, filters].
+
+    filters=None: the depthwise conv alone, <scope>/depthwise (nn.depthwise_conv2d). Otherwise
+    nn.separable_conv2d: <scope>/separable_conv2d/depthwise then the 1x1 VALID Conv2D
+    <scope>/separable_conv2d. dilation > 1 wraps the depthwise conv in SpaceToBatchND /
+    BatchToSpaceND (in <scope>/depthwise/ or <scope>/separable_conv2d/). Then the tail of conv2d:
+    BiasAdd or BatchNorm, and the activation."""
+    kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+    rate = atrous.pair(dilation, "dilation", "separable_conv2d")
+    atrous.check_stride(stride, rate, "separable_conv2d")
+    g = get_default_graph()
+    with g.name_scope(scope):
+        layer = f"separable_conv2d {g.get_name_scope()!r}"
+        cin = _channels(x, "separable_conv2d")
+        depthwise = variable("depthwise_weights",
+                             he_normal((kh, kw, cin, depth_multiplier), kh * kw))
+        if filters is None:
+            y = _depthwise(g, x, depthwise.read, (kh, kw), stride, padding, rate, layer)
+            channels = cin * depth_multiplier
+        else:
+            pointwise = variable("pointwise_weights", he_normal(
+                (1, 1, cin * depth_multiplier, filters), cin * depth_multiplier))
+            # nn.separable_conv2d names its Conv2D after the scope its depthwise op is in.
+            container = _path(g, "separable_conv2d")
+            with g.name_scope(container + "/"):
+                if max(rate) == 1:
+                    y = build.depthwise_conv2d(x, depthwise.read, strides=stride, padding=padding,
+                                               name="depthwise")
+                else:
+                    y = atrous.with_space_to_batch(
+                        x, (kh, kw), rate, padding, container,
+                        lambda t: build.depthwise_conv2d(t, depthwise.read, strides=1,
+                                                         padding="VALID", name="depthwise"),
+                        layer)
+            y = build.conv2d(y, pointwise.read, strides=1, padding="VALID",
+                             name="separable_conv2d")
+            _check_name(y, container)
+            channels = filters
+        return _finish(y, use_bias, channels, batch_norm, is_training, activation)
+
+
+def _path(g, name):
+    """The full name `name` gets in the current scope (the scope of TF's `with name_scope(name)`
+    whose op is named after the scope itself)."""
+    scope = g.get_name_scope()
+    return f"{scope}/{name}" if scope else name
+
+
+def _check_name(tensor, expected):
+    if tensor.op.name != expected:
+        raise ValueError(f"{expected!r} is already taken in the graph (got {tensor.op.name!r})")
+
+
+def _depthwise(g, x, weights, kernel, stride, padding, rate, layer):
+    """TF's nn.depthwise_conv2d: one DepthwiseConv2dNative named `depthwise`, in its atrous form
+    (<scope>/depthwise/SpaceToBatchND, BatchToSpaceND) when rate > 1."""
+    if max(rate) == 1:
+        y = build.depthwise_conv2d(x, weights, strides=stride, padding=padding, name="depthwise")
+    else:
+        y = atrous.with_space_to_batch(
+            x, kernel, rate, padding, _path(g, "depthwise"),
+            lambda t: build.depthwise_conv2d(t, weights, strides=1, padding="VALID",
+                                             name="depthwise"), layer)
+        _check_name(y.op.inputs[0], _path(g, "depthwise"))
+    return y
 
 
 def dense(x, units, activation=None, use_bias=True, batch_norm=None, is_training=True,
           scope="fully_connected"):
-    """MatMul [+ BiasAdd | + BatchNorm] [+ activation] on a [batch, features] input. Batch norm
-    goes through a Reshape to [batch, 1, 1, units] and back, as TF-slim's fused batch norm does
-    (the pattern contrib folds)."""
+    """MatMul [+ BiasAdd | + BatchNorm] [+ activation] on a [batch, features] input. A fused
+    batch norm goes through a Reshape to [batch, 1, 1, units] and back, as TF-slim's fused batch
+    norm does (the pattern contrib folds); an unfused one (batch_norm={"fused": False}) takes the
+    MatMul output as it is."""
     if x.shape is None or len(x.shape) != 2 or x.shape[1] is None:
         raise ValueError(f"dense needs an x of shape [batch, features], got shape {x.shape}")
     g = get_default_graph()
@@ -91,50 +187,14 @@ def dense(x, units, activation=None, use_bias=True, batch_norm=None, is_training
         weights = variable("weights", glorot_uniform((x.shape[1], units), x.shape[1], units))
         y = build.matmul(x, weights.read)
         if batch_norm:
-            y = build.reshape(y, [-1, 1, 1, units])
-            y = _normalize(y, batch_norm, is_training)
-            y = build.reshape(y, [-1, units])
+            if isinstance(batch_norm, dict) and not batch_norm.get("fused", True):
+                y = _normalize(y, batch_norm, is_training)
+            else:
+                y = build.reshape(y, [-1, 1, 1, units])
+                y = _normalize(y, batch_norm, is_training)
+                y = build.reshape(y, [-1, units])
             return _finish(y, False, units, None, is_training, activation)
         return _finish(y, use_bias, units, None, is_training, activation)
-
-
-def batch_norm(x, momentum=0.9, epsilon=1e-3, is_training=True, scope="BatchNorm"):
-    """Fused batch norm with gamma, beta and moving statistics. Training normalizes with the batch
-    statistics and adds the moving-average updates (moving -= (moving - stat) * (1 - momentum))
-    to the UPDATE_OPS collection; inference uses the moving statistics."""
-    g = get_default_graph()
-    channels = x.shape[-1] if x.shape is not None else None
-    if channels is None:
-        raise ValueError(f"batch_norm needs a known channel count, got shape {x.shape}")
-    if not 0.0 <= momentum <= 1.0:
-        raise ValueError(f"momentum must be in [0, 1], got {momentum}")
-    with g.name_scope(scope):
-        gamma = variable("gamma", np.ones(channels, np.float32), initializer_name="ones")
-        beta = variable("beta", np.zeros(channels, np.float32), initializer_name="zeros")
-        moving_mean = variable("moving_mean", np.zeros(channels, np.float32), trainable=False,
-                               initializer_name="zeros")
-        moving_variance = variable("moving_variance", np.ones(channels, np.float32),
-                                   trainable=False, initializer_name="ones")
-        if not is_training:
-            return build.fused_batch_norm(x, gamma.read, beta.read, moving_mean.read,
-                                          moving_variance.read, epsilon=epsilon,
-                                          is_training=False)[0]
-        empty = np.zeros(0, np.float32)
-        outputs = build.fused_batch_norm(x, gamma.read, beta.read, build.constant(empty),
-                                         build.constant(empty), epsilon=epsilon, is_training=True)
-        for var, stat in ((moving_mean, outputs[1]), (moving_variance, outputs[2])):
-            update = _moving_average_update(g, var, stat, 1.0 - momentum)
-            g.add_to_collection(GraphKeys.UPDATE_OPS, update)
-        return outputs[0]
-
-
-def _moving_average_update(g, var, stat, decay):
-    """TF's assign_moving_average without debias: AssignMovingAvg{,_k}/{decay,sub,mul} + AssignSub."""
-    with g.name_scope("AssignMovingAvg") as scope:
-        decay_t = build.constant(np.float32(decay), name="decay")
-        delta = build.multiply(build.subtract(var.read, stat, name="sub"), decay_t, name="mul")
-        return g.create_op("AssignSub", [var.op.outputs[0], delta], {"use_locking": False},
-                           full_name=scope[:-1])
 
 
 def max_pool(x, pool_size=2, stride=2, padding="VALID", scope="MaxPool"):
