@@ -71,7 +71,8 @@ def _layer(kind, x, out_depth, stride, activation, batch_norm, is_training, scop
                               scope=scope)
 
 
-def build(kind, relu, with_bypass, has_scaling, fused, identity, is_training=True, seed=1234):
+def build(kind, relu, with_bypass, has_scaling, fused, identity, is_training=True, seed=1234,
+          center=True):
     """contrib's test network: inputs -> layer with batch norm (decay 0.997) -> Relu*, or with a
     bypass: -> Add(inputs, .) -> Relu* under `test/`. Returns (graph, inputs, relu output, the
     layer scope, the batch norm scope)."""
@@ -87,7 +88,7 @@ def build(kind, relu, with_bypass, has_scaling, fused, identity, is_training=Tru
         stride = 1 if with_bypass or kind == "atrous" else 2
         activation = None if with_bypass else relu
         name = "test/test2" if with_bypass else "test"
-        bn = dict(momentum=0.997, scale=has_scaling, fused=fused)
+        bn = dict(momentum=0.997, scale=has_scaling, center=center, fused=fused)
         if identity:
             with g.name_scope(name):
                 node = _layer(kind, inputs, out_depth, stride, None, None, is_training,
@@ -224,20 +225,24 @@ def _input(inputs):
 
 
 def _fold_cases():
+    """contrib's parameters plus center=False and (fused) scale=False, which slim builds with
+    Consts for beta / gamma (fused) or a Neg in the shift (unfused)."""
     for kind in KINDS:
         for fused in (True, False):
-            for scaling in (True, False) if not fused else (True,):
+            for scaling, center in ((True, True), (False, True), (True, False), (False, False)):
                 for bypass in (False, True):
-                    yield pytest.param(kind, fused, scaling, bypass,
+                    yield pytest.param(kind, fused, scaling, center, bypass,
                                        id=f"{kind}-fused{int(fused)}-scale{int(scaling)}-"
-                                          f"bypass{int(bypass)}")
+                                          f"center{int(center)}-bypass{int(bypass)}")
 
 
-@pytest.mark.parametrize("kind,fused,has_scaling,with_bypass", list(_fold_cases()))
-def test_folded_equals_unfolded_before_the_freeze(kind, fused, has_scaling, with_bypass):
+@pytest.mark.parametrize("kind,fused,has_scaling,center,with_bypass", list(_fold_cases()))
+def test_folded_equals_unfolded_before_the_freeze(kind, fused, has_scaling, center,
+                                                  with_bypass):
     results = []
     for fold in (False, True):
-        g, inputs, out, _, _ = build(kind, "relu6", with_bypass, has_scaling, fused, False)
+        g, inputs, out, _, _ = build(kind, "relu6", with_bypass, has_scaling, fused, False,
+                                     center=center)
         if fold:
             Q.FoldBatchNorms(g, is_training=True, freeze_batch_norm_delay=100)
             assert g.quantize_report.skipped == [] and len(g.quantize_report.folded) == 1
@@ -250,30 +255,31 @@ def test_folded_equals_unfolded_before_the_freeze(kind, fused, has_scaling, with
     assert np.abs(y0).max() > 0.1 and np.abs(dx0).max() > 0.1
 
 
-@pytest.mark.parametrize("kind,fused,has_scaling,with_bypass", list(_fold_cases()))
+@pytest.mark.parametrize("kind,fused,has_scaling,center,with_bypass", list(_fold_cases()))
 def test_folded_after_the_freeze_equals_inference_on_the_moving_statistics(
-        kind, fused, has_scaling, with_bypass):
+        kind, fused, has_scaling, center, with_bypass):
     """freeze_batch_norm_delay=0: from the first step the folded training graph normalizes with
     the moving statistics, as the unfolded network in inference mode does."""
-    g, inputs, out, _, _ = build(kind, "relu6", with_bypass, has_scaling, fused, False)
+    g, inputs, out, _, _ = build(kind, "relu6", with_bypass, has_scaling, fused, False,
+                                 center=center)
     Q.FoldBatchNorms(g, is_training=True, freeze_batch_norm_delay=0)
     s = session(g)
     _randomize_batch_norm(s, g)
     x = _input(inputs)
     folded = s.run(out, {inputs: x}, update_state=False)
     reference, ref_inputs, ref_out, _, _ = build(kind, "relu6", with_bypass, has_scaling, fused,
-                                                 False, is_training=False)
+                                                 False, is_training=False, center=center)
     r = session(reference)
     _copy_variables(s, r, reference)
     np.testing.assert_allclose(folded, r.run(ref_out, {ref_inputs: x}), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("kind,fused,has_scaling,with_bypass", list(_fold_cases()))
-def test_eval_fold_equals_unfolded_inference(kind, fused, has_scaling, with_bypass):
+@pytest.mark.parametrize("kind,fused,has_scaling,center,with_bypass", list(_fold_cases()))
+def test_eval_fold_equals_unfolded_inference(kind, fused, has_scaling, center, with_bypass):
     results = []
     for fold in (False, True):
         g, inputs, out, _, _ = build(kind, "relu", with_bypass, has_scaling, fused, False,
-                                     is_training=False)
+                                     is_training=False, center=center)
         if fold:
             Q.FoldBatchNorms(g, is_training=False)
             assert g.quantize_report.skipped == [] and len(g.quantize_report.folded) == 1

@@ -4,7 +4,8 @@ False) computes x * inv + shift with tf.nn.batch_normalization's ops,
     <bn>/batchnorm_1/add    = variance + epsilon      Rsqrt = rsqrt(add)
     <bn>/batchnorm_1/mul    = Rsqrt * gamma           (scale=True; else inv is the Rsqrt)
     x * inv                 (mul_1; mul without scale) mean * inv (mul_2; mul_1 without scale)
-    sub = beta - mean * inv (center=True; else Neg)   add_1 = x * inv + sub
+    shift = beta - mean * inv (sub; center=True)  or  Neg(mean) * inv (center=False)
+    add_1 = x * inv + shift
 
 and the fold rebuilds it as <layer>_Fold on weights * inv, plus shift: <ctx>/mul_fold,
 <ctx>/add_fold, and in training the corrections (<ctx>/batch_norm_correction, correction_mult,
@@ -66,9 +67,8 @@ def match(add_shift):
         rsqrt, gamma = rsqrt.inputs[0].op, rsqrt.inputs[1]
     if rsqrt.type != "Rsqrt" or rsqrt.inputs[0].op.type not in _ADD_TYPES:
         return None, "its scale is not rsqrt(variance + epsilon) [* gamma]"
-    mean_times_inv = shift.inputs[-1].op if shift.type in ("Sub", "Neg") else None
-    if mean_times_inv is None or mean_times_inv.type != "Mul" or \
-            mean_times_inv.inputs[1] is not inv:
+    mean = _mean(shift, inv)
+    if mean is None:
         return None, "its shift is not beta - mean * inv (or -mean * inv)"
     variance, epsilon = rsqrt.inputs[0].op.inputs
     source = x_times_inv.inputs[0]
@@ -84,13 +84,25 @@ def match(add_shift):
     if layer_op.type == "MatMul" and layer_op.attrs.get("transpose_b"):
         return None, f"MatMul {layer_op.name!r} transposes its weights"
     context = _CHAIN_NAME.match(add_shift.name).group(1)
-    found = Match(context, add_shift, x_times_inv, inv, rsqrt, shift.outputs[0],
-                  mean_times_inv.inputs[0], variance, epsilon, gamma, layer_op, batch_to_space)
+    found = Match(context, add_shift, x_times_inv, inv, rsqrt, shift.outputs[0], mean,
+                  variance, epsilon, gamma, layer_op, batch_to_space)
     if found.training and None in (_moving_average_update(found.mean)[0],
                                    _moving_average_update(found.variance)[0]):
         return None, ("it normalizes with batch statistics but has no moving-average updates "
                       "(AssignMovingAvg sub/mul) to fold")
     return found, None
+
+
+def _mean(shift, inv):
+    """The mean in `shift`: beta - mean * inv (center=True), or (-mean) * inv, as Python reads
+    TF's `-mean * inv` (center=False)."""
+    op = shift.inputs[1].op if shift.type == "Sub" else shift
+    if op.type != "Mul" or op.inputs[1] is not inv:
+        return None
+    mean = op.inputs[0]
+    if shift.type == "Sub":
+        return mean
+    return mean.op.inputs[0] if mean.op.type == "Neg" else None
 
 
 def _moving_average_update(statistic):
