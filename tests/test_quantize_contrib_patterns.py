@@ -287,3 +287,61 @@ def test_eval_fold_equals_unfolded_inference(kind, fused, has_scaling, center, w
         _randomize_batch_norm(s, g)
         results.append(s.run(out, {inputs: _input(inputs)}))
     np.testing.assert_allclose(results[1], results[0], rtol=1e-4, atol=1e-4)
+
+
+# Graphs contrib 1.15 cannot fold, which fqcore folds (and says so in fold_unfused.py /
+# fold_fused.py): slim's forced updates (updates_collections=None), an unfused batch norm read
+# through an Identity, and an atrous Conv2D (contrib re-creates the BatchToSpaceND only after
+# a depthwise layer).
+
+def _extra_graph(case, is_training):
+    g = G.Graph()
+    g.seed = 5
+    with g.as_default():
+        inputs = G.placeholder("float32", [4, 12, 12, 3], name="inputs")
+        if case == "forced_updates_fused" or case == "forced_updates_unfused":
+            bn = dict(fused=case.endswith("_fused"), updates_collections=None)
+            out = L.conv2d(inputs, 6, 3, activation="relu", batch_norm=bn,
+                           is_training=is_training, scope="conv")
+        elif case == "identity_unfused":
+            with g.name_scope("block"):
+                y = L.conv2d(inputs, 6, 3, activation=None, use_bias=False, scope="Conv")
+                y = L.batch_norm(G.identity(y, name="conv_out"), fused=False,
+                                 is_training=is_training)
+                out = G.relu(y)
+        else:
+            out = L.conv2d(inputs, 6, 3, dilation=2, activation="relu",
+                           batch_norm=dict(fused=case.endswith("_fused")),
+                           is_training=is_training, scope="atrous")
+    return g, inputs, out
+
+
+EXTRA_CASES = ["forced_updates_fused", "forced_updates_unfused", "identity_unfused",
+               "atrous_conv_fused", "atrous_conv_unfused"]
+
+
+@pytest.mark.parametrize("case", EXTRA_CASES)
+def test_graphs_contrib_cannot_fold_fold_and_agree(case):
+    outputs = {}
+    for fold in (False, True):
+        g, inputs, out = _extra_graph(case, True)
+        if fold:
+            Q.FoldBatchNorms(g, is_training=True, freeze_batch_norm_delay=50)
+            assert g.quantize_report.skipped == [] and len(g.quantize_report.folded) == 1
+        s = session(g)
+        _randomize_batch_norm(s, g)
+        outputs[fold] = _forward_and_input_gradient(g, s, inputs, out, _input(inputs))
+    for unfolded, folded in zip(outputs[False], outputs[True]):
+        np.testing.assert_allclose(folded, unfolded, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", EXTRA_CASES)
+@pytest.mark.parametrize("is_training", [True, False])
+def test_graphs_contrib_cannot_fold_are_quantized(case, is_training):
+    g, inputs, out = _extra_graph(case, is_training)
+    (Q.experimental_create_training_graph if is_training
+     else Q.experimental_create_eval_graph)(g)
+    report = g.quantize_report
+    assert report.skipped == [] and len(report.quantized) == 1 and len(report.folded) == 1
+    s = session(g)
+    assert np.isfinite(s.run(out, {inputs: _input(inputs)})).all()

@@ -4,7 +4,7 @@ fqcore's weight options (symmetric weights alone, per-channel weights for int8 b
 import numpy as np
 
 from ..graph import build
-from . import common, quant_ops
+from . import common, fold_unfused, quant_ops
 from .patterns import ANY, OneOf, Op, get_op, get_tensor, match_graph
 
 _QUANTIZABLE = "Conv2D|MatMul|DepthwiseConv2dNative"
@@ -89,10 +89,17 @@ def _find_layers(graph):
 
 def _feeds_batch_norm(activation_op):
     """conv -> Identity -> batch norm: after folding, that Identity only feeds the statistics
-    and is not quantized (contrib's _IsSkipLayer)."""
+    and is not quantized (contrib's _IsSkipLayer). An unfused batch norm reads it through its
+    moments (Mean, SquaredDifference) and x * inv, a Mul feeding the chain's add_1."""
+    if activation_op.type != "Identity":
+        return False
     consumers = activation_op.outputs[0].consumers()
-    return (activation_op.type == "Identity" and len(consumers) == 1
-            and consumers[0].type in ("FusedBatchNorm", "FusedBatchNormV3"))
+    if len(consumers) == 1 and consumers[0].type in ("FusedBatchNorm", "FusedBatchNormV3"):
+        return True
+    x_times_inv = [c for c in consumers if c.type == "Mul" and any(
+        fold_unfused.is_chain_end(d) for d in c.outputs[0].consumers())]
+    return bool(x_times_inv) and all(
+        c in x_times_inv or c.type in ("Mean", "SquaredDifference") for c in consumers)
 
 
 class _Inserter:
