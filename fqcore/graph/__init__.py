@@ -10,6 +10,9 @@ from .checkpoint import (load_graph, load_variables, restore, save, save_graph,
                          save_variables)
 from .core import (Graph, GraphKeys, Operation, Tensor, control_dependencies, get_default_graph,
                    name_scope, reset_default_graph)
+from .graph_copy import copy_graph
+from .graph_json import (graph_from_json, graph_to_json, read_graph_json,
+                         write_graph_json)
 from .optimizers import AdamOptimizer, GradientDescentOptimizer, MomentumOptimizer
 from .session import Session
 from .variables import (Variable, find_variable, global_variables, global_variables_initializer,
@@ -27,5 +30,6 @@ __all__ = [
     "group", "identity", "matmul", "max_pool", "maximum", "minimum", "multiply", "no_op",
     "placeholder", "reduce_max", "reduce_mean", "reduce_min", "reduce_sum", "relu", "relu6",
     "reshape", "rsqrt", "sigmoid", "softmax", "sparse_softmax_cross_entropy_with_logits",
-    "subtract", "tanh",
+    "subtract", "tanh", "copy_graph", "graph_to_json", "graph_from_json", "write_graph_json",
+    "read_graph_json",
 ]
