@@ -7,6 +7,7 @@ import pytest
 
 import fqcore.graph as G
 from fqcore.graph import GraphKeys
+from quantize_helpers import session
 
 L = G.layers
 F32 = np.float32
@@ -89,14 +90,6 @@ def const(g, name):
 
 def variable_names(g):
     return {o.name for o in g.get_operations() if o.type == "VariableV2"}
-
-
-def session(g):
-    with g.as_default():
-        init = G.global_variables_initializer()
-    s = G.Session(g)
-    s.run(init)
-    return s
 
 
 # -- atrous conv2d and depthwise -----------------------------------------------------------------

@@ -26,6 +26,25 @@ class Statistics:
         self.decay_variance = decay_variance
 
 
+def moving_average_update(statistic):
+    """(moving value, decay) of the AssignMovingAvg sub/mul pair that `statistic` feeds, as TF's
+    assign_moving_average builds it (moving -= (moving - statistic) * decay), or (None, None).
+    With slim's forced updates the normalization reads an Identity of the statistic, whose
+    source feeds the update."""
+    candidates = [statistic]
+    if statistic.op.type == "Identity":
+        candidates.append(statistic.op.inputs[0])
+    for tensor in candidates:
+        for sub in tensor.consumers():
+            if sub.type != "Sub" or sub.inputs[1] is not tensor:
+                continue
+            for mul in sub.outputs[0].consumers():
+                if mul.type == "Mul":
+                    decay = mul.inputs[1] if mul.inputs[0] is sub.outputs[0] else mul.inputs[0]
+                    return sub.inputs[0], decay
+    return None, None
+
+
 def corrections(graph, stats, freeze_bn_delay):
     """contrib's _ComputeBatchNormCorrections, in the caller's name scope: scale sigma_B/sigma_MA
     onto the weights, undo it after the layer (recip) until the freeze step; from then on, the

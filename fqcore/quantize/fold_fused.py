@@ -51,8 +51,8 @@ def match(bn_op):
     if bn_op.attrs.get("data_format", "NHWC") != "NHWC":
         return None, f"its data_format is {bn_op.attrs['data_format']}, not NHWC"
     found = Match(bn_op, layer_op, batch_to_space, output)
-    if found.training and None in (_moving_average_update(bn_op.outputs[1])[0],
-                                   _moving_average_update(bn_op.outputs[2])[0]):
+    if found.training and None in (fold_common.moving_average_update(bn_op.outputs[1])[0],
+                                   fold_common.moving_average_update(bn_op.outputs[2])[0]):
         return None, ("it is in training mode without the moving-average updates "
                       "(AssignMovingAvg sub/mul) the fold freezes")
     return found, None
@@ -81,24 +81,12 @@ def _statistics(graph, found):
     stats = fold_common.Statistics(bn_op.inputs[1], bn_op.outputs[1],
                                    _undo_bessel_correction(graph, found), epsilon)
     for index in (1, 2):
-        moving, decay = _moving_average_update(bn_op.outputs[index])
+        moving, decay = fold_common.moving_average_update(bn_op.outputs[index])
         if index == 1:
             stats.moving_mean, stats.decay_mean = moving, decay
         else:
             stats.moving_variance, stats.decay_variance = moving, decay
     return stats
-
-
-def _moving_average_update(statistic):
-    """The moving value and decay of the AssignMovingAvg sub/mul pair fed by `statistic`."""
-    for sub in statistic.consumers():
-        if sub.type != "Sub" or sub.inputs[1] is not statistic:
-            continue
-        for mul in sub.outputs[0].consumers():
-            if mul.type == "Mul":
-                decay = mul.inputs[1] if mul.inputs[0] is sub.outputs[0] else mul.inputs[0]
-                return sub.inputs[0], decay
-    return None, None
 
 
 def _fold(graph, found, is_training, freeze_bn_delay):

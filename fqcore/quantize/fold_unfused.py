@@ -86,8 +86,8 @@ def match(add_shift):
     context = _CHAIN_NAME.match(add_shift.name).group(1)
     found = Match(context, add_shift, x_times_inv, inv, rsqrt, shift.outputs[0], mean,
                   variance, epsilon, gamma, layer_op, batch_to_space)
-    if found.training and None in (_moving_average_update(found.mean)[0],
-                                   _moving_average_update(found.variance)[0]):
+    if found.training and None in (fold_common.moving_average_update(found.mean)[0],
+                                   fold_common.moving_average_update(found.variance)[0]):
         return None, ("it normalizes with batch statistics but has no moving-average updates "
                       "(AssignMovingAvg sub/mul) to fold")
     return found, None
@@ -103,23 +103,6 @@ def _mean(shift, inv):
     if shift.type == "Sub":
         return mean
     return mean.op.inputs[0] if mean.op.type == "Neg" else None
-
-
-def _moving_average_update(statistic):
-    """The moving value and decay of the AssignMovingAvg sub/mul pair fed by `statistic` or,
-    with slim's forced updates (an Identity after control dependencies), by its source."""
-    candidates = [statistic]
-    if statistic.op.type == "Identity":
-        candidates.append(statistic.op.inputs[0])
-    for tensor in candidates:
-        for sub in tensor.consumers():
-            if sub.type != "Sub" or sub.inputs[1] is not tensor:
-                continue
-            for mul in sub.outputs[0].consumers():
-                if mul.type == "Mul":
-                    decay = mul.inputs[1] if mul.inputs[0] is sub.outputs[0] else mul.inputs[0]
-                    return sub.inputs[0], decay
-    return None, None
 
 
 def fold(graph, is_training, freeze_bn_delay):
@@ -142,8 +125,8 @@ def _statistics(graph, found):
     else:
         gamma = found.gamma
     stats = fold_common.Statistics(gamma, found.mean, found.variance, found.epsilon)
-    stats.moving_mean, stats.decay_mean = _moving_average_update(found.mean)
-    stats.moving_variance, stats.decay_variance = _moving_average_update(found.variance)
+    stats.moving_mean, stats.decay_mean = fold_common.moving_average_update(found.mean)
+    stats.moving_variance, stats.decay_variance = fold_common.moving_average_update(found.variance)
     return stats
 
 
