@@ -47,6 +47,11 @@ def test_quantizers_where_contrib_puts_them(kind, fused, with_bypass, is_trainin
                       and op.type in ("Conv2D", "MatMul", "DepthwiseConv2dNative"))
     weights = quants[f"{scope}/weights_quant"]
     assert weights.inputs[0].op.name == f"{scope}/mul_fold"
+    # _InsertQuantOp: weights narrow range, activations full range, 8 bits by default.
+    assert (weights.attrs["num_bits"], weights.attrs["narrow_range"]) == (8, True)
+    for prefix, quant in quants.items():
+        if not prefix.endswith("weights_quant"):
+            assert (quant.attrs["num_bits"], quant.attrs["narrow_range"]) == (8, False)
     assert _reads(layer_fold.inputs[1], weights)
     has_last = any(op.name == f"{scope}/weights_quant/AssignMinLast" for op in g.get_operations())
     assert has_last == is_training
@@ -171,6 +176,15 @@ def test_mobilenet_style_training_lowers_the_loss(name):
     losses = [float(s.run([loss, train] + updates, {images: x, labels: y})[0])
               for _ in range(10)]
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_the_demo_model_reports_zero_skipped_layers(training):
+    from fqcore import demo
+    g = demo.build_model(training)[0]
+    _rewrite(g, training, quant_delay=None)
+    assert g.quantize_report.skipped == []
+    assert len(g.quantize_report.quantized) == 5 and len(g.quantize_report.folded) == 4
 
 
 def test_an_unsupported_layer_is_reported_by_name(caplog):

@@ -152,6 +152,9 @@ def test_fold_names_types_and_wiring_as_contrib(kind, relu, with_bypass, has_sca
     assert mul_fold.type == "Mul"
     layer_fold = g.get_operation_by_name(f"{scope}/{LAYER_OP[kind]}_Fold")
     assert _goes_to(g, mul_fold, layer_fold.name)
+    # _CloneWithNewOperands keeps the layer's attributes (strides, padding, transposes).
+    layer = g.get_operation_by_name(f"{scope}/{LAYER_OP[kind]}")
+    assert layer_fold.attrs == layer.attrs
     if kind in ("depthwise", "atrous"):
         reshape = (f"{scope}/BatchNorm_Fold/scale_reshape" if fused
                    else f"{ctx}/scale_reshape")
