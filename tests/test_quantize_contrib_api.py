@@ -97,6 +97,18 @@ def test_activations_of_unknown_rank_are_quantized(is_training):
         assert np.abs(quantized - y).max() <= step / 2 + 1e-5
 
 
+def test_a_network_with_unknown_rank_activations_trains():
+    g, x, out = _conv_net(x_shape=None)
+    Q.experimental_create_training_graph(g, quant_delay=0)
+    with g.as_default():
+        loss = G.reduce_mean(G.multiply(out, out))
+        train = G.GradientDescentOptimizer(0.05).minimize(loss)
+    s = session(g)
+    x_value = np.random.default_rng(4).normal(size=(2, 6, 6, 3)).astype(F32)
+    losses = [float(s.run([loss, train], {x: x_value})[0]) for _ in range(6)]
+    assert losses[-1] < 0.9 * losses[0], losses
+
+
 def test_last_value_quantize_as_contrib():
     g = G.Graph()
     with g.as_default():

@@ -227,3 +227,31 @@ def test_scope_filtering_is_reported_as_such():
     reasons = {s.name: s.reason for s in g.quantize_report.skipped}
     assert reasons and all("scope" in r for r in reasons.values())
     assert "MobilenetV1/Conv2d_0/Conv2D_Fold" in g.quantize_report.quantized
+
+
+@pytest.mark.parametrize("is_training,quant_delay", [(True, None), (True, 4), (False, None)])
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_separable_conv_quantizers(is_training, quant_delay, dilation):
+    """slim's separable_conv2d with a pointwise part: contrib's sep_conv_pattern quantizes the
+    depthwise weights and its output (the layer itself stands for the activation) in the
+    depthwise op's context, then the pointwise layer as any conv + bias + Relu."""
+    g = G.Graph()
+    g.seed = 8
+    with g.as_default():
+        x = G.placeholder("float32", [2, 12, 12, 3], name="x")
+        out = L.separable_conv2d(x, 8, 3, dilation=dilation, activation="relu",
+                                 is_training=is_training, scope="sep")
+    _rewrite(g, is_training, quant_delay)
+    quants = fake_quants(g)
+    assert quants["sep/separable_conv2d/weights_quant"].inputs[0].op.name == \
+        "sep/depthwise_weights/read"
+    # Atrous too: contrib quantizes the depthwise op's own output, before its BatchToSpaceND.
+    assert quants["sep/separable_conv2d/act_quant"].inputs[0].op.name == \
+        "sep/separable_conv2d/depthwise"
+    assert quants["sep/weights_quant"].inputs[0].op.name == "sep/pointwise_weights/read"
+    assert quants["sep/act_quant"].inputs[0].op.name == "sep/Relu"
+    assert g.quantize_report.skipped == []
+    assert sorted(g.quantize_report.quantized) == ["sep/separable_conv2d",
+                                                   "sep/separable_conv2d/depthwise"]
+    s = session(g)
+    assert np.isfinite(s.run(out, {x: np.ones(x.shape, F32)})).all()
