@@ -3,7 +3,6 @@ from . import fold_fused, fold_unfused
 
 
 def fold_batch_norms(graph, is_training, freeze_bn_delay=None):
-    """Folds every matched batch norm in place; returns the layer ops folded."""
-    folded = fold_fused.fold(graph, is_training, freeze_bn_delay)
-    folded += fold_unfused.fold(graph, is_training, freeze_bn_delay)
-    return [found.layer_op for found in folded]
+    """Folds every matched batch norm in place."""
+    fold_fused.fold(graph, is_training, freeze_bn_delay)
+    fold_unfused.fold(graph, is_training, freeze_bn_delay)

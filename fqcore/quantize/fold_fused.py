@@ -59,18 +59,15 @@ def match(bn_op):
 
 
 def fold(graph, is_training, freeze_bn_delay):
-    """Folds every matching batch norm whose output is read; returns the matches folded. A
-    batch norm whose output nothing reads has nothing to reroute: it was folded already (a graph
-    rewritten twice), or it ends the graph; contrib leaves it alone too."""
-    folded = []
+    """Folds every matching batch norm whose output is read. One whose output nothing reads has
+    nothing to reroute: it was folded already (a graph rewritten twice), or it ends the graph;
+    contrib leaves it alone too."""
     for op in graph.get_operations():
         if op.type not in BATCH_NORM_TYPES:
             continue
         found, _ = match(op)
         if found is not None and found.output.consumers():
             _fold(graph, found, is_training, freeze_bn_delay)
-            folded.append(found)
-    return folded
 
 
 def _statistics(graph, found):

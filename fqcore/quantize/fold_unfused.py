@@ -29,13 +29,11 @@ _CHAIN_NAME = re.compile(r"^(.*?)(?:BatchNorm/)?batchnorm(?:_\d+)?/add_1$")
 class Match:
     """One unfused batch-norm chain and the layer it folds into."""
 
-    def __init__(self, context, add_shift, x_times_inv, inv, rsqrt, shift, mean, variance,
-                 epsilon, gamma, layer_op, batch_to_space_op):
+    def __init__(self, context, add_shift, inv, shift, mean, variance, epsilon, gamma, layer_op,
+                 batch_to_space_op):
         self.context = context
         self.add_shift = add_shift
-        self.x_times_inv = x_times_inv
         self.inv = inv
-        self.rsqrt = rsqrt
         self.shift = shift
         self.mean = mean
         self.variance = variance
@@ -84,8 +82,8 @@ def match(add_shift):
     if layer_op.type == "MatMul" and layer_op.attrs.get("transpose_b"):
         return None, f"MatMul {layer_op.name!r} transposes its weights"
     context = _CHAIN_NAME.match(add_shift.name).group(1)
-    found = Match(context, add_shift, x_times_inv, inv, rsqrt, shift.outputs[0], mean,
-                  variance, epsilon, gamma, layer_op, batch_to_space)
+    found = Match(context, add_shift, inv, shift.outputs[0], mean, variance, epsilon, gamma,
+                  layer_op, batch_to_space)
     if found.training and None in (fold_common.moving_average_update(found.mean)[0],
                                    fold_common.moving_average_update(found.variance)[0]):
         return None, ("it normalizes with batch statistics but has no moving-average updates "
@@ -106,16 +104,13 @@ def _mean(shift, inv):
 
 
 def fold(graph, is_training, freeze_bn_delay):
-    """Folds every matching chain whose output is read; returns the matches folded."""
-    folded = []
+    """Folds every matching chain whose output is read."""
     for op in graph.get_operations():
         if not is_chain_end(op) or not op.outputs[0].consumers():
             continue
         found, _ = match(op)
         if found is not None:
             _fold(graph, found, is_training, freeze_bn_delay)
-            folded.append(found)
-    return folded
 
 
 def _statistics(graph, found):
