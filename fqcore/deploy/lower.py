@@ -1,5 +1,6 @@
 """Lowers a trained fake-quant eval graph into the integer Model: every FakeQuant's range becomes
-its tensor's scale and zero point, layers with their bias and activation become one op each,
+its tensor's scale and zero point, layers with their bias and activation become one op each (an
+atrous SpaceToBatchND -> conv -> BatchToSpaceND one dilated conv, as TFLite's converter makes it),
 weights go onto the integer grid they were trained on and biases to int32."""
 import numpy as np
 
@@ -11,6 +12,7 @@ _FAKE_QUANTS = ("FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxArgs",
                 "FakeQuantWithMinMaxVarsPerChannel")
 _LAYERS = {"Conv2D": "CONV_2D", "DepthwiseConv2dNative": "DEPTHWISE_CONV_2D",
            "MatMul": "FULLY_CONNECTED"}
+_CONVOLUTIONS = ("Conv2D", "DepthwiseConv2dNative")
 _ACTIVATIONS = {"Relu": "RELU", "Relu6": "RELU6"}
 # Ops that only training graphs have: the rewrite's range updates, delayed-quant conds, optimizers.
 _TRAINING_ONLY = ("Assign", "AssignAdd", "AssignSub", "Switch", "Merge", "Gradients")
@@ -41,6 +43,30 @@ class _Pending:
         self.bias = None
         self.weights = None
         self.emitted = None
+        # An atrous layer's _SpaceToBatch; `open` until its BatchToSpaceND fixes the padding;
+        # the (quantization, FakeQuant op) of a FakeQuant read before that BatchToSpaceND.
+        self.atrous = None
+        self.open = False
+        self.deferred = None
+
+
+class _SpaceToBatch:
+    """SpaceToBatchND's output: no tensor of the model, only the start of an atrous convolution
+    (a VALID stride-1 conv reads it, a BatchToSpaceND ends it) on the integer tensor `source`."""
+
+    def __init__(self, op, source, block, paddings):
+        self.op, self.source = op, source
+        self.block, self.paddings = block, paddings
+
+
+class _Batched:
+    """A graph tensor of an atrous layer still in the space-to-batch layout: a FakeQuant's output
+    read before the BatchToSpaceND (the depthwise half of a separable conv: the range is known,
+    the layer is emitted at the BatchToSpaceND), or, once that has run, any tensor between the
+    conv and it. Only the BatchToSpaceND may read one."""
+
+    def __init__(self, pending):
+        self.pending = pending
 
 
 class _Lowering:
@@ -169,10 +195,15 @@ class _Lowering:
             self._reshape(op)
         elif kind == "Softmax":
             self._softmax(op)
+        elif kind == "SpaceToBatchND":
+            self._space_to_batch(op)
+        elif kind == "BatchToSpaceND":
+            self._batch_to_space(op)
         else:
             raise ValueError(f"op {op.name!r} ({kind}) has no integer form in fqcore.deploy "
                              f"(it maps {', '.join(sorted(set(_LAYERS) | set(_ACTIVATIONS)))}, "
-                             f"BiasAdd, AddV2, Mean, AvgPool, Reshape, Softmax and FakeQuant ops)")
+                             f"BiasAdd, AddV2, Mean, AvgPool, Reshape, Softmax and FakeQuant ops, "
+                             f"and SpaceToBatchND -> conv -> BatchToSpaceND as a dilated conv)")
 
     def _value(self, tensor, consumer):
         try:
@@ -185,6 +216,19 @@ class _Lowering:
         """The integer tensor for graph tensor `tensor`, emitting a pending op on its default
         range; ValueError naming the tensor when it has no range."""
         value = self._value(tensor, consumer)
+        if isinstance(value, _SpaceToBatch):
+            raise ValueError(f"op {consumer.name!r} reads {tensor.name!r}, the output of "
+                             f"SpaceToBatchND {value.op.name!r}: fqcore.deploy exports "
+                             f"SpaceToBatchND only as the start of an atrous convolution "
+                             f"(SpaceToBatchND -> VALID stride-1 Conv2D or DepthwiseConv2dNative "
+                             f"-> BatchToSpaceND)")
+        if isinstance(value, _Batched) or (isinstance(value, _Pending) and value.open):
+            layer = value.pending if isinstance(value, _Batched) else value
+            raise ValueError(f"op {consumer.name!r} reads {tensor.name!r} of atrous layer "
+                             f"{layer.graph_op.name!r} (from SpaceToBatchND "
+                             f"{layer.atrous.op.name!r}) before its BatchToSpaceND: only a "
+                             f"bias add, an activation or a FakeQuant may come between an "
+                             f"atrous conv and its BatchToSpaceND, and nothing else read them")
         if isinstance(value, _Pending):
             if value.emitted is None:
                 if value.default is None:
@@ -217,6 +261,14 @@ class _Lowering:
             name = self._input(value, quant, op.outputs[0], x)
             # Other fake quants of the same input must agree with this range.
             self.values[x] = _Quantized(name)
+        elif isinstance(value, _Pending) and value.open:
+            # Quantizing commutes with BatchToSpaceND's rearranging: the layer keeps this range.
+            if value.deferred is not None and value.deferred[0] != quant:
+                raise ValueError(f"FakeQuant {op.name!r} requantizes {x.name!r}, which already "
+                                 f"has a different range: fqcore.deploy has no requantize op")
+            value.deferred = value.deferred or (quant, op)
+            self.values[op.outputs[0]] = _Batched(value)
+            return
         elif isinstance(value, _Pending) and value.emitted is None:
             name = self._emit(value, quant, op.outputs[0])
         else:
@@ -263,7 +315,12 @@ class _Lowering:
 
     # -- layers -----------------------------------------------------------------------------
     def _layer(self, op):
-        x = self._quantized(op.inputs[0], op)
+        space_to_batch = self.values.get(op.inputs[0])
+        if not isinstance(space_to_batch, _SpaceToBatch) or op.type not in _CONVOLUTIONS:
+            space_to_batch = None
+            x = self._quantized(op.inputs[0], op)
+        else:
+            x = self.tensors[space_to_batch.source]
         weights_op = _weight_fake_quant(op)
         if weights_op.type not in _FAKE_QUANTS or not self._is_constant(op.inputs[1]):
             raise ValueError(f"layer {op.name!r}: its weights {op.inputs[1].name!r} are not "
@@ -282,7 +339,111 @@ class _Lowering:
             raise ValueError(f"layer {op.name!r}: transposed MatMuls are not exported")
         pending = _Pending(kind, [x.name], options, op)
         pending.weights = weights_op
+        if space_to_batch is not None:
+            if (options["padding"] != "VALID" or (options["stride_h"], options["stride_w"])
+                    != (1, 1) or (options["dilation_h"], options["dilation_w"]) != (1, 1)):
+                raise ValueError(
+                    f"layer {op.name!r} reads SpaceToBatchND {space_to_batch.op.name!r}: an "
+                    f"atrous convolution needs padding VALID, strides 1 and dilations 1 there, "
+                    f"got {options['padding']}, strides {list(op.attrs.get('strides', []))}, "
+                    f"dilations {list(op.attrs.get('dilations', [1] * 4))}")
+            options["dilation_h"], options["dilation_w"] = space_to_batch.block
+            options["padding"] = None       # the BatchToSpaceND's crops decide it
+            pending.atrous, pending.open = space_to_batch, True
         self.values[op.outputs[0]] = pending
+
+    # -- atrous convolutions ----------------------------------------------------------------
+    def _space_to_batch(self, op):
+        x = self._quantized(op.inputs[0], op)
+        block = self._atrous_constant(op, 1, "block_shape", (2,), 1)
+        paddings = self._atrous_constant(op, 2, "paddings", (2, 2), 0)
+        if len(x.shape) != 4:
+            raise ValueError(f"SpaceToBatchND {op.name!r}: its input {op.inputs[0].name!r} of "
+                             f"shape {x.shape} is not NHWC")
+        for size, r, (start, end) in zip(x.shape[1:3], block, paddings):
+            if size < 1 or (size + start + end) % r:
+                raise ValueError(f"SpaceToBatchND {op.name!r}: the padded size {size} + "
+                                 f"{start} + {end} of input {op.inputs[0].name!r} does not "
+                                 f"divide by its block size {r}")
+        self.values[op.outputs[0]] = _SpaceToBatch(op, x.name, tuple(block), paddings)
+
+    def _atrous_constant(self, op, index, what, shape, least):
+        tensor = op.inputs[index]
+        if not self._is_constant(tensor):
+            raise ValueError(f"{op.type} {op.name!r}: its {what} {tensor.name!r} must be a "
+                             f"constant to be exported")
+        value = np.asarray(self._constant(tensor))
+        if (value.shape != shape or not np.issubdtype(value.dtype, np.integer)
+                or np.any(value < least)):
+            raise ValueError(f"{op.type} {op.name!r}: {what} {value.tolist()} is not {shape} "
+                             f"integers of at least {least} (a 2-D spatial {what})")
+        return [int(v) for v in value] if value.ndim == 1 else [[int(a), int(b)]
+                                                                  for a, b in value]
+
+    def _batch_to_space(self, op):
+        value = self.values.get(op.inputs[0])
+        pending = value.pending if isinstance(value, _Batched) else value
+        if not isinstance(pending, _Pending) or not pending.open:
+            raise ValueError(f"BatchToSpaceND {op.name!r}: its input {op.inputs[0].name!r} is "
+                             f"not an atrous convolution (SpaceToBatchND -> VALID stride-1 "
+                             f"Conv2D or DepthwiseConv2dNative); fqcore.deploy exports "
+                             f"BatchToSpaceND only as the end of one")
+        space_to_batch = pending.atrous
+        block = self._atrous_constant(op, 1, "block_shape", (2,), 1)
+        crops = self._atrous_constant(op, 2, "crops", (2, 2), 0)
+        if tuple(block) != space_to_batch.block:
+            raise ValueError(f"BatchToSpaceND {op.name!r} has block_shape {block}, "
+                             f"SpaceToBatchND {space_to_batch.op.name!r} has "
+                             f"{list(space_to_batch.block)}: not one atrous convolution")
+        pending.options["padding"] = self._atrous_padding(pending, crops, op)
+        pending.open = False
+        # What came before the BatchToSpaceND stays in the space-to-batch layout for any other
+        # reader (which _quantized then refuses).
+        for tensor, other in list(self.values.items()):
+            if other is pending:
+                self.values[tensor] = _Batched(pending)
+        if isinstance(value, _Batched):
+            # Emitted under BatchToSpaceND's name: the graph tensor with the model's shape.
+            quant, _ = pending.deferred
+            self.values[op.outputs[0]] = _Quantized(self._emit(pending, quant, op.outputs[0]))
+        else:
+            self.values[op.outputs[0]] = pending
+
+    def _atrous_padding(self, pending, crops, batch_to_space):
+        """SAME or VALID: the padding of the dilated conv that equals SpaceToBatchND -> the
+        VALID conv -> BatchToSpaceND. The VALID conv on the space-to-batch input is the dilated
+        conv on the input with explicit padding [pad_start - crop_start, pad_end - crop_end];
+        TFLite's SAME at stride 1 pads (k - 1) * r, the odd one after."""
+        space_to_batch = pending.atrous
+        layer = pending.graph_op
+        x = self.tensors[space_to_batch.source]
+        kernel = [int(d) for d in layer.inputs[1].shape[:2]]
+        explicit, same = [], []
+        for (start, end), (crop_start, crop_end), k, r in zip(
+                space_to_batch.paddings, crops, kernel, space_to_batch.block):
+            explicit.append((start - crop_start, end - crop_end))
+            total = (k - 1) * r
+            same.append((total // 2, total - total // 2))
+        fits = [name for name, pads in (("SAME", same), ("VALID", [(0, 0), (0, 0)]))
+                if explicit == pads]
+        if not fits:
+            raise ValueError(
+                f"SpaceToBatchND {space_to_batch.op.name!r} -> {layer.name!r} -> "
+                f"BatchToSpaceND {batch_to_space.name!r} is not a dilated convolution with "
+                f"SAME or VALID padding: paddings {space_to_batch.paddings} and crops {crops} "
+                f"pad the {kernel[0]}x{kernel[1]} kernel at dilation "
+                f"{list(space_to_batch.block)} by {[list(p) for p in explicit]} (before, "
+                f"after per dimension), SAME would be {[list(p) for p in same]} and VALID "
+                f"[[0, 0], [0, 0]]")
+        padding = fits[-1]          # VALID when both fit (a 1x1 kernel): no padding either way
+        out = batch_to_space.outputs[0]
+        expected = [size + a + b - (k - 1) * r for size, (a, b), k, r in zip(
+            x.shape[1:3], explicit, kernel, space_to_batch.block)]
+        if out.shape is not None and len(out.shape) == 4 and any(
+                d is not None and d != e for d, e in zip(out.shape[1:3], expected)):
+            raise ValueError(f"BatchToSpaceND {batch_to_space.name!r}: output shape "
+                             f"{out.shape} is not the dilated conv's {expected}")
+        return padding
 
     def _add(self, op):
         a, b = op.inputs
@@ -302,6 +463,8 @@ class _Lowering:
 
     def _activation(self, op):
         value = self.values.get(op.inputs[0])
+        if isinstance(value, (_SpaceToBatch, _Batched)):
+            self._quantized(op.inputs[0], op)       # raises, naming the atrous pattern
         if (not isinstance(value, _Pending) or value.emitted is not None
                 or value.options.get("activation") != "NONE"):
             raise ValueError(f"activation {op.name!r} ({op.type}) must directly follow a layer, "
