@@ -16,7 +16,7 @@ Nothing is skipped in silence: after each rewrite `graph.quantize_report` (a Rew
 reason, and a logging warning on the "fqcore.quantize" logger names them."""
 from ..graph.core import GraphKeys, get_default_graph
 from . import fold_batch_norms, insert
-from .report import RewriteReport, SkippedLayer, log_skipped, report
+from .rewrite_report import RewriteReport, SkippedLayer, log_skipped, report
 
 __all__ = ["create_training_graph", "create_eval_graph", "experimental_create_training_graph",
            "experimental_create_eval_graph", "Quantize", "FoldBatchNorms", "report",
