@@ -1,10 +1,15 @@
-"""asv benchmarks of fqcore.graph: a training step of the demo's model (float and after
-experimental_create_training_graph), the rewrite itself, and an evaluation pass of the eval graph.
+"""asv benchmarks of fqcore.graph: a training step of the demo's model and of a MobileNet-v2 (float and
+after experimental_create_training_graph), the rewrite itself, and an evaluation pass of the eval graph.
 tools/profile_demo_step.py splits one step's time between the engine and the kernels."""
 from fqcore import demo, quantize
 from fqcore import graph as G
 from fqcore.datasets import load_digits
 from fqcore.malloc import keep_freed_memory
+
+try:  # imported by asv, benchmarks/ is a package; run from benchmarks/, it is on sys.path
+    from .compare_training import MODELS, fqcore_mobilenet_v2_setup, synthetic_images
+except ImportError:
+    from compare_training import MODELS, fqcore_mobilenet_v2_setup, synthetic_images
 
 BATCHES = [64, 256]
 MODES = ["float", "qat"]
@@ -26,6 +31,27 @@ class TimeTrainingStep:
         self.session.run([self.train_op, self.updates, self.loss], self.feed)  # plan built
 
     def time_step(self, mode, batch):
+        self.session.run([self.train_op, self.updates, self.loss], self.feed)
+
+
+class TimeMobileNetV2Step:
+    """As TimeTrainingStep, on compare_training.py's MobileNet-v2 (width 0.5, 32x32x3, batch 32 of its
+    synthetic images): an edge-training-sized network of inverted residual blocks."""
+
+    params = [MODES]
+    param_names = ["mode"]
+    timeout = 300
+
+    def setup(self, mode):
+        keep_freed_memory()
+        x, y = synthetic_images()
+        batch = MODELS["mobilenet_v2"]["batch"]
+        t = fqcore_mobilenet_v2_setup(quantized=mode == "qat")
+        self.session, self.loss, self.train_op, self.updates = t.session, t.loss, t.train_op, t.updates
+        self.feed = {t.images: x[:batch], t.labels: y[:batch]}
+        self.session.run([self.train_op, self.updates, self.loss], self.feed)  # plan built
+
+    def time_step(self, mode):
         self.session.run([self.train_op, self.updates, self.loss], self.feed)
 
 

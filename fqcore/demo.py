@@ -88,21 +88,47 @@ def training_setup(quantized=True, quant_delay=0, freeze_bn_delay=None, learning
 
 
 class ProgressBar:
-    """One line, redrawn in place: epoch, steps, loss, speed."""
+    """Training progress: epoch, steps, loss, speed. On a terminal, one line redrawn in place
+    after every step; on anything else (a log file, CI, a pipe), where a redraw would pile up
+    as carriage returns, one plain line at the end of each epoch."""
 
-    def __init__(self, total, stream=sys.stdout, width=28):
-        self.total, self.stream, self.width = total, stream, width
+    def __init__(self, total, epochs, stream=sys.stdout, width=28):
+        self.total, self.epochs, self.stream, self.width = total, epochs, stream, width
+        self.tty = _isatty(stream)
         self.start = time.perf_counter()
 
-    def update(self, done, text):
+    def _rate(self, done):
+        return done / max(time.perf_counter() - self.start, 1e-9)
+
+    def update(self, done, epoch, phase, loss):
+        """After each step (`done` steps so far, in 1-based `epoch`)."""
+        if not self.tty:
+            return
         filled = int(self.width * done / self.total)
-        rate = done / max(time.perf_counter() - self.start, 1e-9)
         self.stream.write(f"\r  [{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} "
-                          f"{text} {rate:5.1f} steps/s")
+                          f"epoch {epoch:2d} ({phase}) loss {loss:.3f} "
+                          f"{self._rate(done):5.1f} steps/s")
+        self.stream.flush()
+
+    def end_epoch(self, done, epoch, phase, loss):
+        """After an epoch's last step."""
+        if self.tty:
+            return
+        self.stream.write(f"  epoch {epoch:{len(str(self.epochs))}d}/{self.epochs} ({phase}): "
+                          f"steps {done}/{self.total}, loss {loss:.3f}, "
+                          f"{self._rate(done):.1f} steps/s\n")
         self.stream.flush()
 
     def close(self):
-        self.stream.write("\n")
+        if self.tty:
+            self.stream.write("\n")
+
+
+def _isatty(stream):
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed file
+        return False
 
 
 def accuracy(session, images, logits, x, y, batch=512):
@@ -148,12 +174,13 @@ def train(data, epochs, batch, quant_delay_epochs, freeze_bn_epochs, learning_ra
         freeze_bn_delay=freeze_bn_epochs * steps_per_epoch, seed=seed, weights=weights)
     rng = np.random.Generator(np.random.PCG64(seed))
     history = {"loss": [], "train_accuracy": [], "test_accuracy": []}
-    bar = ProgressBar(epochs * steps_per_epoch, stream=log)
+    bar = ProgressBar(epochs * steps_per_epoch, epochs, stream=log)
     step = 0
     for epoch in range(epochs):
         order = rng.permutation(len(data.x_train))
         losses, correct = [], 0
         step_rate = learning_rate_for(epoch, learning_rate, quant_delay_epochs, freeze_bn_epochs)
+        phase = "float" if epoch < quant_delay_epochs else "8-bit"
         for start in range(0, len(order), batch):
             index = order[start:start + batch]
             feed = {images: data.x_train[index], labels: data.y_train[index], rate: step_rate}
@@ -161,8 +188,8 @@ def train(data, epochs, batch, quant_delay_epochs, freeze_bn_epochs, learning_ra
             losses.append(float(value))
             correct += int((out.argmax(axis=1) == data.y_train[index]).sum())
             step += 1
-            phase = "float" if epoch < quant_delay_epochs else "8-bit"
-            bar.update(step, f"epoch {epoch + 1:2d} ({phase}) loss {np.mean(losses):.3f}")
+            bar.update(step, epoch + 1, phase, np.mean(losses))
+        bar.end_epoch(step, epoch + 1, phase, np.mean(losses))
         history["loss"].append(float(np.mean(losses)))
         history["train_accuracy"].append(correct / len(order))
         history["test_accuracy"].append(accuracy(session, images, logits, data.x_test,
