@@ -2,7 +2,7 @@
 import numbers
 import os
 
-from . import _kernels
+from . import _kernels, blas_threads
 
 _ISA_NAMES = _kernels.ISA_NAMES
 
@@ -53,11 +53,14 @@ def config():
         "active_isa": get_isa(),
         "openmp": _kernels.has_openmp(),
         "num_threads": get_num_threads(),
+        # The BLAS numpy runs convolutions on, whose threads Session runs decide.
+        "blas": blas_threads.blas_library() or "none found",
+        "blas_threads": blas_threads.get_blas_threads(),
     }
 
 
 def show_config():
-    """Prints version, compiled ISAs, available ISAs, the active ISA and threads."""
+    """Prints version, compiled ISAs, available ISAs, the active ISA, threads and numpy's BLAS."""
     for key, value in config().items():
         if isinstance(value, list):
             value = ", ".join(value)

@@ -17,7 +17,8 @@ def _python(code, **env):
 def test_show_config_lists_everything(capsys):
     fqcore.show_config()
     text = capsys.readouterr().out
-    for key in ("version", "compiled_isas", "available_isas", "active_isa", "openmp", "num_threads"):
+    for key in ("version", "compiled_isas", "available_isas", "active_isa", "openmp", "num_threads",
+                "blas", "blas_threads"):
         assert key in text
     assert fqcore.get_isa() in text
 

@@ -1,14 +1,13 @@
 """The engine: runs a graph's ops in dependency order on numpy and fqcore's kernels, holds the
 variables' values, and computes gradients (reverse mode) when a Gradients op runs."""
-import contextlib
 import heapq
 
 import numpy as np
 
-from .. import _runtime
 from .core import Operation, Tensor
 from .op_defs.control import DEAD
 from .op_registry import gradient_function, op_def
+from .run_threads import RunThreads
 
 _UNSET = object()
 
@@ -21,21 +20,23 @@ class Session:
     the write ops in this one. `update_state=False` runs without writing anything: write ops
     yield the stored value (evaluation of a training graph).
 
-    kernel_threads: threads for fqcore's kernels during a run (None: fqcore's setting). It is 1 by
-    default because numpy's BLAS runs the convolutions with its own spinning thread pool: two
-    pools spinning on the same cores stall each other (the demo's step went from 119 ms to 28 ms
-    on 2 cores). Results never depend on the thread count."""
+    threads: threads for numpy's BLAS during a run: a positive int, or "auto" (as many as the
+    cores other processes leave free, re-estimated as runs go); None takes $FQCORE_NUM_THREADS
+    when set, else "auto". BLAS keeps the count after the run (changing it wakes its pool).
+    kernel_threads: threads for fqcore's kernels during a run (None: fqcore's setting), put back
+    after it. It is 1 by default because BLAS runs the convolutions with its own spinning thread
+    pool: two pools spinning on the same cores stall each other (the demo's step went from 119 ms
+    to 28 ms on 2 cores). Results never depend on either count (fqcore/graph/run_threads.py)."""
 
-    def __init__(self, graph=None, kernel_threads=1):
+    def __init__(self, graph=None, kernel_threads=1, threads=None):
         from .core import Graph, get_default_graph
         self.graph = graph if graph is not None else get_default_graph()
         if not isinstance(self.graph, Graph):
             raise TypeError(f"graph must be an fqcore.graph.Graph or None, got "
                             f"{type(graph).__name__} {graph!r}")
-        if kernel_threads is not None and (isinstance(kernel_threads, bool) or
-                                           not isinstance(kernel_threads, int) or kernel_threads < 1):
-            raise ValueError(f"kernel_threads must be None or a positive int, got {kernel_threads!r}")
+        self._threads = RunThreads(threads, kernel_threads)
         self.kernel_threads = kernel_threads
+        self.threads = self._threads.blas
         self._store = {}
         self._plans = {}
 
@@ -84,7 +85,7 @@ class Session:
             feeds[tensor] = _feed_value(tensor, value)
         plan = self._plan(elements, feeds)
         run = _Run(self, plan, feeds, update_state)
-        with _kernel_threads(self.kernel_threads):
+        with self._threads.applied():
             run.execute()
         results = []
         for element in elements:
@@ -110,19 +111,6 @@ class Session:
                 self._plans.clear()
             plan = self._plans[key] = _Plan(self.graph, elements, feeds)
         return plan
-
-
-@contextlib.contextmanager
-def _kernel_threads(threads):
-    if threads is None or threads == _runtime.get_num_threads():
-        yield
-        return
-    previous = _runtime.get_num_threads()
-    _runtime.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        _runtime.set_num_threads(previous)
 
 
 class _Plan:

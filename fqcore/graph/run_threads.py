@@ -1,0 +1,68 @@
+"""How many threads a Session run gives numpy's BLAS (the convolutions and matmuls) and fqcore's
+kernels. BLAS runs on as many cores as other processes leave free, re-estimated as runs go
+("auto", the default): its threads spin and wait for each other, so a thread that shares its core
+with another process stalls the whole call (on 2 cores with two busy processes, the demo's step
+took 689 ms with 2 BLAS threads, 33 ms with 1); on a quiet machine the extra threads pay for
+larger layers. $FQCORE_NUM_THREADS, fqcore's own thread count, fixes the BLAS count too when the
+user sets it. fqcore's kernels run on 1 thread inside a run by default, so that the two pools
+never spin against each other."""
+import contextlib
+import os
+
+from .. import _runtime, blas_threads, cpu_load
+
+ENVIRONMENT = "FQCORE_NUM_THREADS"
+
+
+def parse(value, name):
+    """`value` as the BLAS setting: "auto" or a positive int; ValueError naming `name`."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return "auto"
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(f"{name} must be 'auto' or a positive int, got {value!r}")
+
+
+class RunThreads:
+    """The thread counts of one Session's runs: `threads` for BLAS (None: $FQCORE_NUM_THREADS,
+    else "auto"), `kernel_threads` for fqcore's kernels (None: fqcore's own setting)."""
+
+    def __init__(self, threads, kernel_threads):
+        if threads is None:
+            env = os.environ.get(ENVIRONMENT)
+            threads = "auto" if env is None else parse(env, f"${ENVIRONMENT}")
+        self.blas = parse(threads, "threads")
+        if kernel_threads is not None and (isinstance(kernel_threads, bool) or
+                                           not isinstance(kernel_threads, int) or kernel_threads < 1):
+            raise ValueError(f"kernel_threads must be None or a positive int, got {kernel_threads!r}")
+        self.kernel = kernel_threads
+        self._load = cpu_load.shared() if self.blas == "auto" else None
+
+    def blas_threads(self):
+        """BLAS threads for the next run: the fixed count, or the cores others leave free."""
+        if self._load is None:
+            return self.blas
+        cpus = len(self._load.cpus)
+        return max(1, min(cpus, int(cpus - self._load.cores() + 0.5)))
+
+    @contextlib.contextmanager
+    def applied(self):
+        """Sets both counts for the block. fqcore's kernel count is put back after it; BLAS
+        keeps its count until a run needs another, because OpenBLAS wakes its pool at each
+        change (toggling it around every run doubled the demo's step on a busy machine)."""
+        previous_kernel = _runtime.get_num_threads()
+        if self.kernel is not None and self.kernel != previous_kernel:
+            _runtime.set_num_threads(self.kernel)
+        blas = self.blas_threads()
+        current = blas_threads.get_blas_threads()
+        if current is not None and blas != current:
+            blas_threads.set_blas_threads(blas)
+        try:
+            yield
+        finally:
+            if self.kernel is not None and self.kernel != previous_kernel:
+                _runtime.set_num_threads(previous_kernel)

@@ -1,0 +1,162 @@
+"""Thread counts inside Session.run: the BLAS setting (threads=, $FQCORE_NUM_THREADS, "auto"
+from the cores other processes leave free) and fqcore's kernel threads."""
+import numpy as np
+import pytest
+
+import fqcore
+import fqcore.graph as G
+from fqcore import blas_threads, cpu_load
+from fqcore.graph import run_threads
+
+
+def test_the_blas_numpy_uses_is_found_and_controlled():
+    if blas_threads.blas_library() is None:
+        pytest.skip("no BLAS library with a thread API in this process")
+    before = blas_threads.get_blas_threads()
+    try:
+        blas_threads.set_blas_threads(1)
+        assert blas_threads.get_blas_threads() == 1
+        a = np.ones((64, 64), np.float32)
+        assert float((a @ a)[0, 0]) == 64.0
+    finally:
+        blas_threads.set_blas_threads(before)
+    assert blas_threads.get_blas_threads() == before
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "two", None])
+def test_set_blas_threads_checks_its_argument(value):
+    with pytest.raises(ValueError, match="threads must be an int from 1 to 1024"):
+        blas_threads.set_blas_threads(value)
+
+
+@pytest.mark.parametrize("value,expected", [("auto", "auto"), (" AUTO ", "auto"), ("3", 3),
+                                            (2, 2)])
+def test_thread_settings_parse(value, expected):
+    assert run_threads.parse(value, "threads") == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "1.5", "", "many", 0, True, 2.0])
+def test_bad_thread_settings_are_refused_by_name(value):
+    with pytest.raises(ValueError, match=r"threads must be 'auto' or a positive int"):
+        G.Session(G.Graph(), threads=value)
+
+
+def test_the_environment_sets_the_default(monkeypatch):
+    monkeypatch.setenv("FQCORE_NUM_THREADS", "3")
+    assert G.Session(G.Graph()).threads == 3
+    monkeypatch.setenv("FQCORE_NUM_THREADS", "lots")
+    with pytest.raises(ValueError, match=r"\$FQCORE_NUM_THREADS must be 'auto' or a positive "
+                                         r"int, got 'lots'"):
+        G.Session(G.Graph())
+    monkeypatch.delenv("FQCORE_NUM_THREADS")
+    assert G.Session(G.Graph()).threads == "auto"
+    assert G.Session(G.Graph(), threads=2).threads == 2
+
+
+class _FakeMachine:
+    """/proc/stat busy jiffies, this process's CPU seconds and a clock, moved by hand."""
+
+    def __init__(self):
+        self.busy, self.own, self.now = 0, 0.0, 0.0
+
+    def stat(self, cpus):
+        return self.busy, 0
+
+    def advance(self, seconds, others_cores, own_cores, ticks=100):
+        self.now += seconds
+        self.own += own_cores * seconds
+        self.busy += round((others_cores + own_cores) * seconds * ticks)
+
+
+def _load(machine, cpus=2):
+    load = cpu_load.OtherLoad(interval=0.25, read_stat=machine.stat, own_cpu=lambda: machine.own,
+                              clock=lambda: machine.now)
+    load.cpus = list(range(cpus))
+    load._ticks = 100
+    return load
+
+
+def test_other_load_counts_busy_time_minus_this_process():
+    machine = _FakeMachine()
+    load = _load(machine)
+    load.cores()
+    machine.advance(1.0, others_cores=1.5, own_cores=0.5)
+    assert load.cores() == pytest.approx(1.5)
+    machine.advance(0.1, others_cores=0.0, own_cores=1.0)   # too short: estimate kept
+    assert load.cores() == pytest.approx(1.5)
+    machine.advance(0.5, others_cores=0.0, own_cores=2.0)
+    assert load.cores() == pytest.approx(0.0, abs=1e-9)
+    machine.advance(1.0, others_cores=5.0, own_cores=0.0)   # clamped to this process's CPUs
+    assert load.cores() == 2.0
+
+
+@pytest.mark.parametrize("others,expected", [(0.0, 2), (0.3, 2), (0.6, 1), (1.0, 1), (2.0, 1)])
+def test_auto_gives_blas_the_cores_others_leave_free(others, expected):
+    machine = _FakeMachine()
+    threads = run_threads.RunThreads("auto", 1)
+    threads._load = _load(machine)
+    threads._load.cores()
+    machine.advance(1.0, others_cores=others, own_cores=1.0)
+    assert threads.blas_threads() == expected
+
+
+def _tiny_session(**kwargs):
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [4, 4], name="x")
+        y = G.matmul(x, x)
+    return G.Session(g, **kwargs), x, y
+
+
+def test_a_run_sets_both_counts_and_keeps_blas_at_its_count(monkeypatch):
+    """fqcore's kernel count is put back after the run; BLAS keeps the run's count (changing it
+    wakes OpenBLAS's pool, so it changes only when a run needs another)."""
+    calls = []
+    state = {"blas": 2}
+    monkeypatch.setattr(blas_threads, "get_blas_threads", lambda: state["blas"])
+
+    def set_blas(n):
+        calls.append(("blas", n))
+        state["blas"] = n
+    monkeypatch.setattr(blas_threads, "set_blas_threads", set_blas)
+    kernel_before = fqcore.get_num_threads()
+    fqcore.set_num_threads(2)
+    try:
+        session, x, y = _tiny_session(threads=1, kernel_threads=1)
+        seen = {}
+        real_execute = G.session._Run.execute
+
+        def execute(run):
+            seen["blas"], seen["kernel"] = state["blas"], fqcore.get_num_threads()
+            return real_execute(run)
+        monkeypatch.setattr(G.session._Run, "execute", execute)
+        out = session.run(y, {x: np.eye(4, dtype=np.float32)})
+        np.testing.assert_array_equal(out, np.eye(4, dtype=np.float32))
+        assert seen == {"blas": 1, "kernel": 1}
+        session.run(y, {x: np.eye(4, dtype=np.float32)})
+        assert calls == [("blas", 1)]
+        assert state["blas"] == 1 and fqcore.get_num_threads() == 2
+    finally:
+        fqcore.set_num_threads(kernel_before)
+
+
+def test_without_a_blas_to_control_runs_still_work(monkeypatch):
+    monkeypatch.setattr(blas_threads, "get_blas_threads", lambda: None)
+    monkeypatch.setattr(blas_threads, "set_blas_threads",
+                        lambda n: pytest.fail("set_blas_threads called without a BLAS"))
+    session, x, y = _tiny_session()
+    assert session.run(y, {x: np.ones((4, 4), np.float32)})[0, 0] == 4.0
+
+
+def test_the_blas_is_found_without_threadpoolctl(monkeypatch):
+    """/proc/self/maps stands in when threadpoolctl is not installed (fqcore does not need it)."""
+    import sys
+    if not sys.platform.startswith("linux"):
+        pytest.skip("/proc/self/maps is Linux's")
+    with_threadpoolctl = [lib.path for lib in blas_threads._libraries()]
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)
+    monkeypatch.setattr(blas_threads, "_found", None)
+    found = [lib.path for lib in blas_threads._libraries()]
+    assert found == with_threadpoolctl
+    if found:
+        assert blas_threads.get_blas_threads() >= 1
