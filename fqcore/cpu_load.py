@@ -47,13 +47,13 @@ class OtherLoad:
         self.interval = interval
         self._read_stat, self._own_cpu, self._clock = read_stat, own_cpu, clock
         self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        self._last = None
+        self._last = self._checked = None
         self._cores = self._load_average()
         self._lock = threading.Lock()
 
-    def _sample(self):
+    def _sample(self, clock):
         stat = self._read_stat(self.cpus)
-        return None if stat is None else (self._clock(), stat[0], self._own_cpu())
+        return None if stat is None else (clock, stat[0], self._own_cpu())
 
     def _load_average(self):
         """Before two readings exist: the load average, this process included (it may have
@@ -70,19 +70,21 @@ class OtherLoad:
             return self._update()
 
     def _update(self):
-        now = self._sample()
+        """A new estimate at most once an interval (a run may be much shorter than one)."""
+        clock = self._clock()
+        if self._checked is not None and clock - self._checked < self.interval:
+            return self._cores
+        self._checked = clock
+        now = self._sample(clock)
         if now is None:
-            return self._load_average()
-        if self._last is None:
-            self._last = now
-        elif now[0] - self._last[0] >= self.interval:
+            self._cores = self._load_average()
+        elif self._last is not None:
             wall = now[0] - self._last[0]
             busy = (now[1] - self._last[1]) / self._ticks
             own = now[2] - self._last[2]
             self._cores = min(float(len(self.cpus)), max(0.0, (busy - own) / wall))
-            self._last = now
+        self._last = now
         return self._cores
-
 
 _shared = None
 
