@@ -52,8 +52,8 @@ class RunThreads:
     @contextlib.contextmanager
     def applied(self):
         """Sets both counts for the block. fqcore's kernel count is put back after it; BLAS
-        keeps its count until a run needs another, because OpenBLAS wakes its pool at each
-        change (toggling it around every run doubled the demo's step on a busy machine)."""
+        keeps its count until a run needs another: the count that suits the machine now suits
+        numpy's own calls between runs too, and BLAS is not reconfigured twice a run."""
         previous_kernel = _runtime.get_num_threads()
         if self.kernel is not None and self.kernel != previous_kernel:
             _runtime.set_num_threads(self.kernel)

@@ -22,7 +22,7 @@ class Session:
 
     threads: threads for numpy's BLAS during a run: a positive int, or "auto" (as many as the
     cores other processes leave free, re-estimated as runs go); None takes $FQCORE_NUM_THREADS
-    when set, else "auto". BLAS keeps the count after the run (changing it wakes its pool).
+    when set, else "auto". BLAS keeps the count after the run.
     kernel_threads: threads for fqcore's kernels during a run (None: fqcore's setting), put back
     after it. It is 1 by default because BLAS runs the convolutions with its own spinning thread
     pool: two pools spinning on the same cores stall each other (the demo's step went from 119 ms
