@@ -15,7 +15,7 @@ Nothing is skipped in silence: after each rewrite `graph.quantize_report` (a Rew
 `report(graph)` computes it) lists the layer-like ops neither folded nor quantized, with the
 reason, and a logging warning on the "fqcore.quantize" logger names them."""
 from ..graph.core import GraphKeys, get_default_graph
-from . import fold_batch_norms, insert
+from . import common, fold_batch_norms, insert
 from .rewrite_report import RewriteReport, SkippedLayer, log_skipped, report
 
 __all__ = ["create_training_graph", "create_eval_graph", "experimental_create_training_graph",
@@ -33,11 +33,6 @@ _TRAINING_OPS = frozenset([
     "SparseApplyAdagrad", "SparseApplyAdagradDA", "SparseApplyCenteredRMSProp", "SparseApplyFtrl",
     "SparseApplyFtrlV2", "SparseApplyMomentum", "SparseApplyProximalAdagrad",
     "SparseApplyProximalGradientDescent", "SparseApplyRMSProp"])
-
-
-def _check_bits(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 16:
-        raise ValueError(f"{name} must be an int in [2, 16], got {value!r}")
 
 
 def _check_delay(name, value):
@@ -74,8 +69,8 @@ def _create_graph(input_graph, is_training, weight_bits=8, activation_bits=8, sy
                   weight_per_channel=False):
     graph = input_graph if input_graph is not None else get_default_graph()
     _check_graph("input_graph", graph)
-    _check_bits("weight_bits", weight_bits)
-    _check_bits("activation_bits", activation_bits)
+    common.check_bits("weight_bits", weight_bits)
+    common.check_bits("activation_bits", activation_bits)
     _check_delay("quant_delay", quant_delay)
     _check_delay("freeze_bn_delay", freeze_bn_delay)
     _check_flag("symmetric", symmetric)
@@ -111,12 +106,10 @@ def Quantize(graph, is_training, weight_bits=8, activation_bits=8, symmetric=Fal
     `vars_collection`."""
     _check_graph("graph", graph)
     _check_flag("is_training", is_training)
-    _check_bits("weight_bits", weight_bits)
-    _check_bits("activation_bits", activation_bits)
+    common.check_bits("weight_bits", weight_bits)
+    common.check_bits("activation_bits", activation_bits)
     _check_flag("symmetric", symmetric)
-    if isinstance(ema_decay, bool) or not isinstance(ema_decay, (int, float)) or \
-            not 0.0 <= ema_decay <= 1.0:
-        raise ValueError(f"ema_decay must be a number in [0, 1], got {ema_decay!r}")
+    common.check_ema_decay(ema_decay)
     _check_delay("quant_delay", quant_delay)
     if not isinstance(vars_collection, str) or not vars_collection:
         raise ValueError(f"vars_collection must be a collection name, got {vars_collection!r}")

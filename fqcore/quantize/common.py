@@ -1,4 +1,5 @@
-"""What the rewrite shares: the fake_quantization_step counter, rerouting, name contexts."""
+"""What the rewrite shares: the fake_quantization_step counter, rerouting, name contexts, the
+variable-read test and the argument checks of the public functions."""
 import re
 
 import numpy as np
@@ -53,3 +54,13 @@ def is_variable_read(tensor):
     op = tensor.op
     return op.type == "Identity" and bool(op.inputs) and op.inputs[0].op.type in (
         "Variable", "VariableV2")
+
+
+def check_bits(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 16:
+        raise ValueError(f"{name} must be an int in [2, 16], got {value!r}")
+
+
+def check_ema_decay(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"ema_decay must be a number in [0, 1], got {value!r}")

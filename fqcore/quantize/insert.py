@@ -4,7 +4,7 @@ fqcore's weight options (symmetric weights alone, per-channel weights for int8 b
 import numpy as np
 
 from ..graph import build
-from . import common, fold_unfused, quant_ops
+from . import common, fold_fused, fold_unfused, quant_ops
 from .patterns import ANY, OneOf, Op, get_op, get_tensor, match_graph
 
 _QUANTIZABLE = "Conv2D|MatMul|DepthwiseConv2dNative"
@@ -94,7 +94,7 @@ def _feeds_batch_norm(activation_op):
     if activation_op.type != "Identity":
         return False
     consumers = activation_op.outputs[0].consumers()
-    if len(consumers) == 1 and consumers[0].type in ("FusedBatchNorm", "FusedBatchNormV3"):
+    if len(consumers) == 1 and consumers[0].type in fold_fused.BATCH_NORM_TYPES:
         return True
     x_times_inv = [c for c in consumers if c.type == "Mul" and any(
         fold_unfused.is_chain_end(d) for d in c.outputs[0].consumers())]

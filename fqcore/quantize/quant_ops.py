@@ -5,6 +5,7 @@ import numpy as np
 from ..graph import build
 from ..graph.core import GraphKeys
 from ..graph.variables import variable
+from . import common
 
 
 def _range(x, num_bits, narrow_range, symmetric, per_channel=False):
@@ -133,8 +134,7 @@ def _assign_moving_average(graph, scope, var, value, ema_decay, name):
 def _check_quantizer_args(inputs, init_min, init_max, num_bits, reuse, per_channel):
     if not hasattr(inputs, "op") or not hasattr(inputs.op, "graph"):
         raise TypeError(f"inputs must be an fqcore.graph Tensor, got {type(inputs).__name__}")
-    if isinstance(num_bits, bool) or not isinstance(num_bits, int) or not 2 <= num_bits <= 16:
-        raise ValueError(f"num_bits must be an int in [2, 16], got {num_bits!r}")
+    common.check_bits("num_bits", num_bits)
     for name, value in (("init_min", init_min), ("init_max", init_max)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                 not np.isfinite(value):
@@ -171,9 +171,7 @@ def MovingAvgQuantize(inputs, per_channel=False, init_min=-6.0, init_max=6.0, em
     """contrib's quant_ops.MovingAvgQuantize on `inputs`' graph: the range is the zero-debiased
     moving average of batch ranges. Per tensor, `inputs` may have any rank, known or not."""
     _check_quantizer_args(inputs, init_min, init_max, num_bits, reuse, per_channel)
-    if isinstance(ema_decay, bool) or not isinstance(ema_decay, (int, float)) or \
-            not 0.0 <= ema_decay <= 1.0:
-        raise ValueError(f"ema_decay must be a number in [0, 1], got {ema_decay!r}")
+    common.check_ema_decay(ema_decay)
     graph = inputs.op.graph
     with graph.as_default():
         return moving_avg_quantize(graph, inputs, name_prefix, bool(is_training),
