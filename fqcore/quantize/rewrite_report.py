@@ -11,8 +11,9 @@ LOGGER = logging.getLogger("fqcore.quantize")
 
 _FAKE_QUANT_TYPES = ("FakeQuantWithMinMaxVars", "FakeQuantWithMinMaxVarsPerChannel")
 # Ops between a weight's fake quant and the layer reading it: a per-channel depthwise Reshape,
-# quant_delay's Switch/Merge, Identity.
-_WEIGHT_PATH = ("Identity", "Reshape", "Merge", "Switch")
+# the Switch of quant_delay's cond (its Merge has one input per branch, and is looked into
+# separately), Identity.
+_WEIGHT_PATH = ("Identity", "Reshape", "Switch")
 # Ops between a layer and the batch norm it feeds.
 _LAYER_TO_BATCH_NORM = ("Identity", "Reshape", "BatchToSpaceND")
 
@@ -115,11 +116,10 @@ def _quantized_weights(tensor):
 
 
 def _source(tensor, through):
-    """The op producing `tensor`, looking back through ops of the types `through` (a Merge
-    stops the walk: it has one input per branch)."""
+    """The op producing `tensor`, looking back through ops of the types `through` (to their
+    first input), but not past a variable's read."""
     op = tensor.op
-    while op.type in through and op.type != "Merge" and op.inputs and \
-            not is_variable_read(op.outputs[0]):
+    while op.type in through and op.inputs and not is_variable_read(op.outputs[0]):
         op = op.inputs[0].op
     return op
 
