@@ -35,10 +35,18 @@ class Session:
             raise TypeError(f"graph must be an fqcore.graph.Graph or None, got "
                             f"{type(graph).__name__} {graph!r}")
         self._threads = RunThreads(threads, kernel_threads)
-        self.kernel_threads = kernel_threads
-        self.threads = self._threads.blas
         self._store = {}
         self._plans = {}
+
+    @property
+    def threads(self):
+        """The BLAS setting of this session's runs: "auto" or a thread count."""
+        return self._threads.blas
+
+    @property
+    def kernel_threads(self):
+        """fqcore's kernel threads during this session's runs (None: fqcore's setting)."""
+        return self._threads.kernel
 
     # -- variable values ------------------------------------------------------------------
     def variable_value(self, name):
