@@ -44,6 +44,7 @@ import numpy as np
 
 from ..atomic_file import write_atomically
 from .core import Graph, Operation, Tensor
+from .graph_state import check_member, decode_rng, short
 from .variables import Variable
 
 GRAPH_FORMAT = "fqcore.graph"
@@ -89,9 +90,9 @@ def _dump_graph(graph):
     ops = graph.get_operations()
     for op in ops:
         for t in op.inputs:
-            _check_member(graph, t.op, f"input {t.name!r} of operation {op.name!r}")
+            check_member(graph, t.op, f"input {t.name!r} of operation {op.name!r}")
         for c in op.control_inputs:
-            _check_member(graph, c, f"control input {c.name!r} of operation {op.name!r}")
+            check_member(graph, c, f"control input {c.name!r} of operation {op.name!r}")
     variables = {}
     collection_entries = []
     for key in graph.get_all_collection_keys():
@@ -131,12 +132,6 @@ def _dump_graph(graph):
 
 def _json(value):
     return json.dumps(value, allow_nan=False, ensure_ascii=True)
-
-
-def _check_member(graph, op, what):
-    if not isinstance(op, Operation) or op.graph is not graph or \
-            graph._ops.get(op.name) is not op:
-        raise ValueError(f"{what} is not an operation of this graph")
 
 
 def _encode_op(op):
@@ -218,23 +213,23 @@ def _encode_array(array, where):
 def _encode_item(graph, key, index, item, variables):
     where = f"collection {key!r} item {index}"
     if isinstance(item, Variable):
-        _check_member(graph, item.op, f"{where} (variable {item.op.name!r})")
+        check_member(graph, item.op, f"{where} (variable {item.op.name!r})")
         entry = {"op": item.op.name, "read": item.read.name,
                  "initializer": None if item.initializer is None else item.initializer.name,
                  "trainable": bool(item.trainable)}
-        _check_member(graph, item.read.op, f"{where}: the read tensor {item.read.name!r}")
+        check_member(graph, item.read.op, f"{where}: the read tensor {item.read.name!r}")
         if item.initializer is not None:
-            _check_member(graph, item.initializer, f"{where}: the initializer")
+            check_member(graph, item.initializer, f"{where}: the initializer")
         previous = variables.setdefault(item.op.name, entry)
         if previous != entry:
             raise ValueError(f"{where}: two different Variable objects share the op "
                              f"{item.op.name!r} ({previous} and {entry})")
         return {"variable": item.op.name}
     if isinstance(item, Operation):
-        _check_member(graph, item, where)
+        check_member(graph, item, where)
         return {"operation": item.name}
     if isinstance(item, Tensor):
-        _check_member(graph, item.op, where)
+        check_member(graph, item.op, where)
         return {"tensor": item.name}
     return {"value": _encode_value(item, where)}
 
@@ -351,7 +346,7 @@ def _build_graph(doc):
     if "seed" in doc:
         graph.seed = _field(doc, "seed", int, "the file")
     if "init_rng" in doc:
-        graph._init_rng = _decode_rng(doc["init_rng"])
+        graph._init_rng = decode_rng(doc["init_rng"], "'init_rng'")
     return graph
 
 
@@ -406,7 +401,7 @@ def _decode_value(value, where):
     if type(value) is list:
         return [_decode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if type(value) is not dict or len(value) != 1 or next(iter(value)) not in _ATTR_TAGS:
-        raise ValueError(f"{where}: unrecognised value {_short(value)} (expected JSON scalars, "
+        raise ValueError(f"{where}: unrecognised value {short(value)} (expected JSON scalars, "
                          f"lists, or an object with one of the keys {list(_ATTR_TAGS)})")
     (tag, body), = value.items()
     if tag == "tuple" and type(body) is list:
@@ -418,7 +413,7 @@ def _decode_value(value, where):
     if tag in ("ndarray", "scalar") and type(body) is dict:
         array = _decode_array(body, where)
         return array if tag == "ndarray" else array[()]
-    raise ValueError(f"{where}: malformed {tag!r} value {_short(body)}")
+    raise ValueError(f"{where}: malformed {tag!r} value {short(body)}")
 
 
 def _decode_array(body, where):
@@ -437,24 +432,6 @@ def _decode_array(body, where):
     array = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
     array.setflags(write=False)
     return array
-
-
-def _decode_rng(state):
-    if not isinstance(state, dict) or state.get("bit_generator") not in (
-            "PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64"):
-        raise ValueError(f"'init_rng' is not a numpy bit generator state: {_short(state)}")
-    bit_generator = getattr(np.random, state["bit_generator"])()
-    try:
-        bit_generator.state = state
-    except (TypeError, ValueError, KeyError) as error:
-        raise ValueError(f"'init_rng' is not a valid {state['bit_generator']} state ({error})") \
-            from None
-    return np.random.Generator(bit_generator)
-
-
-def _short(value, limit=80):
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # -- variables ------------------------------------------------------------------------------
@@ -580,7 +557,7 @@ def _read_variables(path):
         listed = meta.get("variables", names)
         if not isinstance(listed, list) or sorted(map(str, listed)) != sorted(names):
             raise ValueError(f"{path}: the entries {names} do not match the variables the "
-                             f"metadata lists ({_short(listed)}); the file is corrupt")
+                             f"metadata lists ({short(listed)}); the file is corrupt")
         arrays = {}
         for name in listed:
             try:

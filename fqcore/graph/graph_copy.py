@@ -6,6 +6,7 @@ import copy
 import numpy as np
 
 from .core import Graph, Operation, Tensor
+from .graph_state import check_member
 from .variables import Variable
 
 __all__ = ["copy_graph"]
@@ -81,9 +82,7 @@ def copy_graph(graph):
 
 
 def _check_member(graph, op, what):
-    if not isinstance(op, Operation) or op.graph is not graph or \
-            graph._ops.get(op.name) is not op:
-        raise ValueError(f"cannot copy the graph: {what} is not an operation of this graph")
+    check_member(graph, op, f"cannot copy the graph: {what}")
 
 
 def _copy_value(value, memo):

@@ -85,6 +85,7 @@ import numpy as np
 from ..atomic_file import write_atomically
 from .core import _VALID_NAME as _NAME
 from .core import Graph, Operation, Tensor
+from .graph_state import check_member, decode_rng, short
 from .op_registry import op_def
 from .variables import Variable
 
@@ -158,10 +159,10 @@ def _dumps(value):
 def _encode_node(graph, op):
     inputs = []
     for i, t in enumerate(op.inputs):
-        _check_member(graph, getattr(t, "op", None), f"input {i} ({t!r}) of operation {op.name!r}")
+        check_member(graph, getattr(t, "op", None), f"input {i} ({t!r}) of operation {op.name!r}")
         inputs.append(_input_name(t))
     for i, c in enumerate(op.control_inputs):
-        _check_member(graph, c, f"control input {i} ({c!r}) of operation {op.name!r}")
+        check_member(graph, c, f"control input {i} ({c!r}) of operation {op.name!r}")
         inputs.append("^" + c.name)
     attrs = {}
     for key, value in op.attrs.items():
@@ -169,7 +170,7 @@ def _encode_node(graph, op):
             raise TypeError(f"operation {op.name!r} has a non-string attribute key {key!r}")
         where = f"operation {op.name!r} attribute {key!r}"
         if key in _DTYPE_ATTRS and value not in DTYPES:  # what the reader would refuse
-            raise TypeError(f"{where} is {_short(value)}; dtype attributes must be one of "
+            raise TypeError(f"{where} is {short(value)}; dtype attributes must be one of "
                             f"{', '.join(DTYPES)}")
         attrs[key] = encode_value(value, where)
     node = {"name": op.name, "op": op.type}
@@ -183,12 +184,6 @@ def _encode_node(graph, op):
 def _input_name(tensor):
     """A tensor as a GraphDef input: "name" for output 0, "name:k" for output k."""
     return tensor.op.name if tensor.index == 0 else f"{tensor.op.name}:{tensor.index}"
-
-
-def _check_member(graph, op, what):
-    if not isinstance(op, Operation) or op.graph is not graph or \
-            graph._ops.get(op.name) is not op:
-        raise ValueError(f"{what} is not an operation of this graph")
 
 
 def encode_value(value, where="value"):
@@ -206,7 +201,7 @@ def encode_value(value, where="value"):
         return [encode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, np.ndarray):
         return _encode_array(value, where)
-    raise TypeError(f"{where} is a {type(value).__name__} ({_short(value)}), which this JSON "
+    raise TypeError(f"{where} is a {type(value).__name__} ({short(value)}), which this JSON "
                     f"format cannot hold: attribute values are None, bool, int, float, str, "
                     f"numpy arrays of {', '.join(DTYPES)}, or lists of those")
 
@@ -237,11 +232,11 @@ def _encode_collections(graph):
         for index, item in enumerate(graph.get_collection(key)):
             where = f"collection {key!r} item {index}"
             if isinstance(item, Variable):
-                _check_member(graph, item.op, f"{where} (variable {item.op.name!r})")
-                _check_member(graph, getattr(item.read, "op", None),
+                check_member(graph, item.op, f"{where} (variable {item.op.name!r})")
+                check_member(graph, getattr(item.read, "op", None),
                               f"{where}: the read tensor of variable {item.op.name!r}")
                 if item.initializer is not None:
-                    _check_member(graph, item.initializer,
+                    check_member(graph, item.initializer,
                                   f"{where}: the initializer of variable {item.op.name!r}")
                 items.append({"variable": {
                     "variable_name": item.op.outputs[0].name,
@@ -250,10 +245,10 @@ def _encode_collections(graph):
                     "snapshot_name": item.read.name,
                     "trainable": bool(item.trainable)}})
             elif isinstance(item, Operation):
-                _check_member(graph, item, where)
+                check_member(graph, item, where)
                 items.append({"operation": item.name})
             elif isinstance(item, Tensor):
-                _check_member(graph, item.op, where)
+                check_member(graph, item.op, where)
                 items.append({"tensor": item.name})
             else:
                 items.append({"value": encode_value(item, where)})
@@ -328,14 +323,14 @@ class _Reader:
                              f"{list(_TOP_FIELDS)})")
         if doc.get("format") != FORMAT:
             raise ValueError(f"field 'format': expected {FORMAT!r}, got "
-                             f"{_short(doc.get('format'))}")
+                             f"{short(doc.get('format'))}")
         version = doc.get("version")
         if type(version) is not int or version != VERSION:
             raise ValueError(f"field 'version': this fqcore reads version {VERSION}, got "
-                             f"{_short(version)}")
+                             f"{short(version)}")
         nodes = doc.get("node")
         if not isinstance(nodes, list):
-            raise ValueError(f"field 'node' must be a list of nodes, got {_short(nodes)}")
+            raise ValueError(f"field 'node' must be a list of nodes, got {short(nodes)}")
         self.graph = Graph()
         parsed = [self._parse_node(i, entry) for i, entry in enumerate(nodes)]
         self._check_names(parsed)
@@ -348,7 +343,7 @@ class _Reader:
     def _parse_node(self, index, entry):
         where = f"node {index}"
         if not isinstance(entry, dict):
-            raise ValueError(f"{where}: must be a JSON object, got {_short(entry)}")
+            raise ValueError(f"{where}: must be a JSON object, got {short(entry)}")
         name = entry.get("name")
         if isinstance(name, str):
             where = f"node {index} ({name!r})"
@@ -358,10 +353,10 @@ class _Reader:
                              f"{list(_NODE_FIELDS)})")
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(f"{where} field 'name': must be a string of letters, digits and "
-                             f". _ - / not starting with _ - or /, got {_short(name)}")
+                             f". _ - / not starting with _ - or /, got {short(name)}")
         op_type = entry.get("op")
         if not isinstance(op_type, str):
-            raise ValueError(f"{where} field 'op': must be a string, got {_short(op_type)}")
+            raise ValueError(f"{where} field 'op': must be a string, got {short(op_type)}")
         try:
             definition = op_def(op_type)
         except ValueError as error:
@@ -371,12 +366,12 @@ class _Reader:
         raw_inputs = entry.get("input", [])
         if not isinstance(raw_inputs, list):
             raise ValueError(f"{where} field 'input': must be a list of strings, got "
-                             f"{_short(raw_inputs)}")
+                             f"{short(raw_inputs)}")
         inputs, controls = [], []
         for i, text in enumerate(raw_inputs):
             field = f"{where} field 'input'[{i}]"
             if not isinstance(text, str):
-                raise ValueError(f"{field}: must be a string, got {_short(text)}")
+                raise ValueError(f"{field}: must be a string, got {short(text)}")
             if text.startswith("^"):
                 if not _NAME.match(text[1:]):
                     raise ValueError(f"{field}: {text!r} is not '^<node name>'")
@@ -393,7 +388,7 @@ class _Reader:
             inputs.append((i, source, int(k)))
         raw_attrs = entry.get("attr", {})
         if not isinstance(raw_attrs, dict):
-            raise ValueError(f"{where} field 'attr': must be an object, got {_short(raw_attrs)}")
+            raise ValueError(f"{where} field 'attr': must be an object, got {short(raw_attrs)}")
         attrs = {key: decode_value(value, f"{where} field 'attr'[{key!r}]")
                  for key, value in raw_attrs.items()}
         _check_attrs(op_type, attrs, where)
@@ -481,12 +476,12 @@ class _Reader:
     def _collections(self, collections):
         if not isinstance(collections, dict):
             raise ValueError(f"field 'collections' must be an object of lists, got "
-                             f"{_short(collections)}")
+                             f"{short(collections)}")
         self.variables = {}
         for key, items in collections.items():
             if not isinstance(items, list):
                 raise ValueError(f"field 'collections'[{key!r}]: must be a list, got "
-                                 f"{_short(items)}")
+                                 f"{short(items)}")
             for index, item in enumerate(items):
                 where = f"field 'collections'[{key!r}][{index}]"
                 self.graph.add_to_collection(key, self._item(item, where))
@@ -494,7 +489,7 @@ class _Reader:
     def _item(self, item, where):
         if not isinstance(item, dict) or len(item) != 1:
             raise ValueError(f"{where}: must be an object with one of the keys 'operation', "
-                             f"'tensor', 'variable', 'value', got {_short(item)}")
+                             f"'tensor', 'variable', 'value', got {short(item)}")
         (kind, body), = item.items()
         if kind == "operation":
             return self._op(body, f"{where}['operation']")
@@ -509,12 +504,12 @@ class _Reader:
 
     def _op(self, name, where):
         if not isinstance(name, str) or name not in self.graph._ops:
-            raise ValueError(f"{where}: {_short(name)} names no node")
+            raise ValueError(f"{where}: {short(name)} names no node")
         return self.graph._ops[name]
 
     def _tensor(self, name, where):
         if not isinstance(name, str):
-            raise ValueError(f"{where}: must be a tensor name 'node:k', got {_short(name)}")
+            raise ValueError(f"{where}: must be a tensor name 'node:k', got {short(name)}")
         source, sep, k = name.rpartition(":")
         if not sep:
             source, k = name, "0"
@@ -548,7 +543,7 @@ class _Reader:
         trainable = body["trainable"]
         if type(trainable) is not bool:
             raise ValueError(f"{where} field 'trainable': must be true or false, got "
-                             f"{_short(trainable)}")
+                             f"{short(trainable)}")
         definition = (read, initializer, trainable)
         known = self.variables.get(state.op.name)
         if known is None:
@@ -572,17 +567,17 @@ class _Reader:
             if not isinstance(names, dict) or not all(
                     type(v) is int and v >= 0 for v in names.values()):
                 raise ValueError(f"field 'names_in_use': must map names to non-negative ints, "
-                                 f"got {_short(names)}")
+                                 f"got {short(names)}")
             graph._names_in_use = dict(names)
             for node in parsed:
                 graph._names_in_use.setdefault(node.name.lower(), 1)
         if "seed" in doc:
             seed = doc["seed"]
             if seed is not None and type(seed) is not int:
-                raise ValueError(f"field 'seed': must be an int or null, got {_short(seed)}")
+                raise ValueError(f"field 'seed': must be an int or null, got {short(seed)}")
             graph.seed = seed
         if "init_rng" in doc:
-            graph._init_rng = _decode_rng(doc["init_rng"])
+            graph._init_rng = decode_rng(doc["init_rng"], "field 'init_rng'")
 
 
 class _Node:
@@ -605,7 +600,7 @@ def _check_attrs(op_type, attrs, where):
         value = attrs.get("value")
         if not isinstance(value, np.ndarray):
             raise ValueError(f"{where} field 'attr'['value']: a Const needs an array "
-                             f"{{\"dtype\", \"shape\", \"data\"}}, got {_short(value)}")
+                             f"{{\"dtype\", \"shape\", \"data\"}}, got {short(value)}")
         if "dtype" in attrs and attrs["dtype"] != value.dtype.name:
             raise ValueError(f"{where} field 'attr'['dtype']: {attrs['dtype']!r} differs from "
                              f"the value's dtype {value.dtype.name!r}")
@@ -621,14 +616,14 @@ def _check_attrs(op_type, attrs, where):
             need = ("null or a list of non-negative ints and nulls" if unknown_allowed else
                     "a list of non-negative ints")
             raise ValueError(f"{where} field 'attr'['shape']: must be {need}, got "
-                             f"{_short(shape)}")
+                             f"{short(shape)}")
     elif op_type == "Cast" and "DstT" not in attrs:
         raise ValueError(f"{where} field 'attr'['DstT']: a Cast needs a destination dtype")
 
 
 def _check_dtype_name(value, where):
     if value not in DTYPES:
-        raise ValueError(f"{where}: unknown dtype {_short(value)} (one of {', '.join(DTYPES)})")
+        raise ValueError(f"{where}: unknown dtype {short(value)} (one of {', '.join(DTYPES)})")
 
 
 def decode_value(value, where="value"):
@@ -646,14 +641,14 @@ def decode_value(value, where="value"):
         if set(value) == {"float"}:
             if value["float"] not in _NON_FINITE:
                 raise ValueError(f"{where}['float']: must be 'nan', 'inf' or '-inf', got "
-                                 f"{_short(value['float'])}")
+                                 f"{short(value['float'])}")
             return _NON_FINITE[value["float"]]
         if set(value) == _ARRAY_KEYS:
             return _decode_array(value, where)
         raise ValueError(f"{where}: an object must be an array {{\"dtype\", \"shape\", "
                          f"\"data\"}} or {{\"float\": \"nan\" | \"inf\" | \"-inf\"}}, got keys "
                          f"{sorted(value)}")
-    raise ValueError(f"{where}: unsupported JSON value {_short(value)}")
+    raise ValueError(f"{where}: unsupported JSON value {short(value)}")
 
 
 def _decode_array(body, where):
@@ -662,10 +657,10 @@ def _decode_array(body, where):
     shape = body["shape"]
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise ValueError(f"{where}['shape']: must be a list of non-negative ints, got "
-                         f"{_short(shape)}")
+                         f"{short(shape)}")
     data = body["data"]
     if not isinstance(data, list):
-        raise ValueError(f"{where}['data']: must be a flat list of numbers, got {_short(data)}")
+        raise ValueError(f"{where}['data']: must be a flat list of numbers, got {short(data)}")
     count = math.prod(shape)
     if len(data) != count:
         raise ValueError(f"{where}['data']: shape {shape} needs {count} elements, got "
@@ -674,14 +669,14 @@ def _decode_array(body, where):
         bad = next((i for i, v in enumerate(data) if type(v) is not bool), None)
         if bad is not None:
             raise ValueError(f"{where}['data'][{bad}]: a bool array holds true/false, got "
-                             f"{_short(data[bad])}")
+                             f"{short(data[bad])}")
         array = np.array(data, dtype=dtype)
     elif dtype.kind in "iu":
         info = np.iinfo(dtype)
         bad = next((i for i, v in enumerate(data)
                     if type(v) is not int or not info.min <= v <= info.max), None)
         if bad is not None:
-            raise ValueError(f"{where}['data'][{bad}]: {_short(data[bad])} is not a "
+            raise ValueError(f"{where}['data'][{bad}]: {short(data[bad])} is not a "
                              f"{dtype.name} (an integer in [{info.min}, {info.max}])")
         array = np.array(data, dtype=dtype)
     else:
@@ -697,13 +692,13 @@ def _decode_array(body, where):
                     number = math.inf
             if number is not None:
                 if not math.isfinite(number):  # 1e400 or a huge integer
-                    raise ValueError(f"{where}['data'][{i}]: {_short(v)} is out of range for "
+                    raise ValueError(f"{where}['data'][{i}]: {short(v)} is out of range for "
                                      f"{dtype.name} (write \"inf\" for an infinity)")
                 values.append(number)
             elif isinstance(v, str) and v in _NON_FINITE:
                 values.append(_NON_FINITE[v])
             else:
-                raise ValueError(f"{where}['data'][{i}]: {_short(v)} is not a number or one "
+                raise ValueError(f"{where}['data'][{i}]: {short(v)} is not a number or one "
                                  f"of 'nan', 'inf', '-inf'")
         wide = np.array(values, dtype=np.float64)
         with np.errstate(over="ignore"):
@@ -716,25 +711,6 @@ def _decode_array(body, where):
     array = array.reshape(shape)
     array.setflags(write=False)
     return array
-
-
-def _decode_rng(state):
-    where = "field 'init_rng'"
-    if not isinstance(state, dict) or state.get("bit_generator") not in (
-            "PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64"):
-        raise ValueError(f"{where}: not a numpy bit generator state: {_short(state)}")
-    bit_generator = getattr(np.random, state["bit_generator"])()
-    try:
-        bit_generator.state = state
-    except Exception as error:  # numpy's setter raises various types on malformed states
-        raise ValueError(f"{where}: not a valid {state['bit_generator']} state "
-                         f"({type(error).__name__}: {error})") from None
-    return np.random.Generator(bit_generator)
-
-
-def _short(value, limit=80):
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # -- paths ----------------------------------------------------------------------------------
