@@ -292,10 +292,9 @@ class _RangeQuantizer(Quantizer):
             expected = ()
         state = []
         for key in ("min_var", "max_var"):
-            try:
-                value = weights[key]
-            except KeyError:
-                raise KeyError(f"weights has no {key!r}: pass the dict that build() returned") from None
+            if key not in weights:
+                raise ValueError(f"weights has no {key!r}: pass the dict that build() returned")
+            value = weights[key]
             if type(value) is not np.ndarray or value.dtype != _F32:
                 raise TypeError(f"weights[{key!r}] must be a float32 numpy array, got {_describe(value)}")
             if value.shape != expected:

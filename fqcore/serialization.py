@@ -6,14 +6,17 @@ serialize_keras_object produces; ``deserialize`` also reads tf_keras 2.21's shap
 together with its state arrays, bit for bit, in an .npz or .json file written atomically.
 """
 import json
+import math
 import os
 from collections.abc import Mapping
 
 import numpy as np
 
 from .atomic_file import write_atomically
+from .bounded_npz import NpzArchive
 from .quantizers import (AllValuesQuantizer, FixedQuantizer, LastValueQuantizer,
                          MovingAverageQuantizer, NoQuantizer, Quantizer)
+from .safe_names import path_problem
 
 __all__ = ["register_quantizer", "registered_quantizers", "serialize", "deserialize", "to_json",
            "from_json", "save_quantizer", "load_quantizer"]
@@ -23,6 +26,9 @@ _DICT_KEYS = ("class_name", "config")
 _OPTIONAL_DICT_KEYS = ("module", "registered_name")
 FILE_FORMAT = "fqcore-quantizer"
 FILE_VERSION = 1
+# A config nests a few levels; text nested deeper is refused when read, before a deeply nested
+# value can exhaust the stack of whatever formats it into a message.
+MAX_JSON_DEPTH = 64
 
 
 def register_quantizer(cls=None, *, name=None, override=False):
@@ -109,7 +115,22 @@ def from_json(text):
     """The quantizer that JSON text from ``to_json`` (or tfmot) describes."""
     if not isinstance(text, (str, bytes, bytearray)):
         raise TypeError(f"from_json takes JSON text, got {type(text).__name__}")
-    return deserialize(json.loads(text))
+    return deserialize(_parse_json(text, "text"))
+
+
+def _parse_json(text, where):
+    """json.loads(text); malformed or too deeply nested text is a ValueError naming `where`."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"{where} is not valid JSON ({error})") from None
+    level = [value]
+    for _ in range(MAX_JSON_DEPTH):
+        level = [child for item in level if isinstance(item, (dict, list))
+                 for child in (item.values() if isinstance(item, dict) else item)]
+    if any(isinstance(item, (dict, list)) for item in level):
+        raise ValueError(f"{where} nests JSON values more than {MAX_JSON_DEPTH} levels deep")
+    return value
 
 
 # --- Files: config and state together
@@ -125,6 +146,9 @@ def _weights(weights):
     for key, value in weights.items():
         if not isinstance(key, str) or not key:
             raise TypeError(f"weights keys must be non-empty str, got {key!r}")
+        problem = path_problem(key)
+        if problem:
+            raise ValueError(f"weights key {key!r} cannot name a saved array: {problem}")
         if not isinstance(value, np.ndarray) or value.dtype != np.float32:
             shown = f"dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
             raise TypeError(f"weights[{key!r}] must be a float32 numpy array, got {shown}")
@@ -168,40 +192,55 @@ def save_quantizer(path, quantizer, weights=None, format=None):
 
 def load_quantizer(path):
     """``(quantizer, weights)`` from a file ``save_quantizer`` wrote (either format, found from the
-    content): the quantizer deserialized, the state as new float32 arrays with the saved bits."""
+    content): the quantizer deserialized, the state as new float32 arrays with the saved bits.
+    Anything wrong with the file is a ValueError naming it (see fqcore.bounded_npz for the
+    limits on .npz files)."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         start = f.read(4)
     if start.startswith(b"PK"):
-        with np.load(path, allow_pickle=False) as npz:
-            files = list(npz.files)
-            if "header" not in files:
-                raise ValueError(f"{path!r} is not an fqcore quantizer file (no header)")
-            header = _header(json.loads(str(npz["header"])), path)
-            weights = {}
-            for key in files:
-                if key.startswith("weight/"):
-                    value = npz[key]
-                    if value.dtype != np.float32:
-                        raise ValueError(f"{path!r}: weight {key[7:]!r} has dtype {value.dtype}, expected float32")
-                    weights[key[7:]] = value
-                elif key != "header":
-                    raise ValueError(f"{path!r}: unexpected entry {key!r}")
+        header, weights = _read_npz(path)
     else:
         with open(path, "rb") as f:
-            header = _header(json.loads(f.read().decode("utf-8")), path)
+            header = _header(_parse_json(f.read(), path), path)
         weights = _json_weights(header.get("weights", {}), path)
-    return deserialize(header["quantizer"]), weights
+    try:
+        return deserialize(header["quantizer"]), weights
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def _read_npz(path):
+    """(header, weights) of an .npz quantizer file; each weight's dtype is checked before its
+    data is read."""
+    with NpzArchive(path, "quantizer file") as archive:
+        if "header" not in archive.names:
+            raise ValueError(f"{path} is not an fqcore quantizer file (no header)")
+        shape, dtype = archive.header("header")
+        if shape != () or dtype.kind != "U":
+            raise ValueError(f"{path} is not an fqcore quantizer file (its header is a {dtype} "
+                             f"array of shape {shape}, not a string)")
+        header = _header(_parse_json(str(archive.read("header")), f"{path}: entry 'header'"), path)
+        weights = {}
+        for key in archive.names:
+            if key.startswith("weight/"):
+                dtype = archive.header(key)[1]
+                if dtype != np.float32:
+                    raise ValueError(f"{path}: weight {key[7:]!r} has dtype {dtype}, expected float32")
+                weights[key[7:]] = archive.read(key)
+            elif key != "header":
+                raise ValueError(f"{path}: unexpected entry {key!r}")
+    return header, weights
 
 
 def _header(header, path):
     if not isinstance(header, dict) or header.get("format") != FILE_FORMAT:
-        raise ValueError(f"{path!r} is not an fqcore quantizer file")
+        raise ValueError(f"{path} is not an fqcore quantizer file")
     version = header.get("version")
     if type(version) is not int or version != FILE_VERSION:
-        raise ValueError(f"{path!r} has format version {version!r}; this fqcore reads {FILE_VERSION}")
+        raise ValueError(f"{path} has format version {version!r}; this fqcore reads {FILE_VERSION}")
     if "quantizer" not in header:
-        raise ValueError(f"{path!r} has no 'quantizer' entry")
+        raise ValueError(f"{path} has no 'quantizer' entry")
     return header
 
 
@@ -213,20 +252,23 @@ def _json_weights(entries, path):
     """The state arrays of a .json file: each entry a shape (list of non-negative ints) and the
     float32 values' bit patterns (list of ints in [0, 2**32)), checked before any is read."""
     if not isinstance(entries, dict):
-        raise ValueError(f"{path!r}: 'weights' must be an object of named entries, got {type(entries).__name__}")
+        raise ValueError(f"{path}: 'weights' must be an object of named entries, got {type(entries).__name__}")
     weights = {}
     for key, entry in entries.items():
+        problem = path_problem(key)
+        if problem:
+            raise ValueError(f"{path}: weight {key!r} cannot name an array: {problem}")
         if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list) or \
                 not isinstance(entry.get("bits"), list):
-            raise ValueError(f"{path!r}: weight {key!r} must hold a 'shape' list and a 'bits' list")
+            raise ValueError(f"{path}: weight {key!r} must hold a 'shape' list and a 'bits' list")
         shape, bits = entry["shape"], entry["bits"]
         if not all(_is_int(dim, 0, 1 << 31) for dim in shape):
-            raise ValueError(f"{path!r}: weight {key!r} has shape {shape!r}; expected non-negative ints")
+            raise ValueError(f"{path}: weight {key!r} has shape {shape!r}; expected non-negative ints")
         if not all(_is_int(b, 0, 1 << 32) for b in bits):
-            raise ValueError(f"{path!r}: weight {key!r} has bits that are not ints in [0, 2**32)")
+            raise ValueError(f"{path}: weight {key!r} has bits that are not ints in [0, 2**32)")
         shape = tuple(shape)
-        if len(bits) != int(np.prod(shape, dtype=np.int64)):
-            raise ValueError(f"{path!r}: weight {key!r} has {len(bits)} values for shape {shape}")
+        if len(bits) != math.prod(shape):
+            raise ValueError(f"{path}: weight {key!r} has {len(bits)} values for shape {shape}")
         weights[key] = np.array(bits, dtype=np.uint32).view(np.float32).reshape(shape)
     return weights
 

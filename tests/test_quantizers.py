@@ -518,7 +518,7 @@ def test_wrong_weights():
     good = q.build((3,), "q", None)
     with pytest.raises(TypeError, match="weights must be the dict"):
         q(np.zeros(3, F32), True, [good["min_var"], good["max_var"]])
-    with pytest.raises(KeyError, match="max_var"):
+    with pytest.raises(ValueError, match="weights has no 'max_var'"):
         q(np.zeros(3, F32), True, {"min_var": good["min_var"]})
     with pytest.raises(TypeError, match=r"weights\['max_var'\] must be a float32 numpy array, got a float64"):
         q(np.zeros(3, F32), True, {"min_var": good["min_var"], "max_var": np.array(6.0)})

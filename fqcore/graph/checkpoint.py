@@ -43,6 +43,7 @@ import zipfile
 import numpy as np
 
 from ..atomic_file import write_atomically
+from ..bounded_npz import NpzArchive
 from .core import Graph, Operation, Tensor
 from .graph_state import check_member, decode_rng, short
 from .variables import Variable
@@ -56,8 +57,6 @@ VARIABLES_SUFFIX = ".npz"
 DEFAULT_BASENAME = "checkpoint"
 _META_KEY = "__fqcore__"
 _GRAPH_KEY = "__fqcore_graph__"
-# What zipfile and numpy raise on a damaged archive or member.
-_CORRUPT = (ValueError, OSError, EOFError, zipfile.BadZipFile, NotImplementedError, RuntimeError)
 _ATTR_TAGS = ("tuple", "dict", "dtype", "ndarray", "scalar")
 
 LoadResult = collections.namedtuple("LoadResult", "loaded missing unexpected")
@@ -307,6 +306,8 @@ def _build_graph(doc):
             op = graph.create_op(op_type, [], attrs, output_specs=specs, full_name=name)
         except ValueError as error:
             raise ValueError(f"{where}: {error}") from None
+        if op_type == "VariableV2":
+            _check_variable_attrs(attrs, where)
         wiring.append((op, inputs, controls))
     for op, inputs, controls in wiring:
         try:
@@ -348,6 +349,20 @@ def _build_graph(doc):
     if "init_rng" in doc:
         graph._init_rng = decode_rng(doc["init_rng"], "'init_rng'")
     return graph
+
+
+def _check_variable_attrs(attrs, where):
+    """What restore and a session take from a VariableV2 on trust: its shape (non-negative ints)
+    and dtype."""
+    shape = attrs.get("shape")
+    if type(shape) not in (list, tuple) or not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError(f"{where}: a VariableV2 needs a 'shape' attribute of non-negative ints, "
+                         f"got {short(shape)}")
+    dtype = attrs.get("dtype")
+    if isinstance(dtype, str):
+        _parse_dtype(dtype, f"{where} attribute 'dtype'")
+    elif not isinstance(dtype, np.dtype):
+        raise ValueError(f"{where}: a VariableV2 needs a 'dtype' attribute, got {short(dtype)}")
 
 
 def _decode_item(graph, variables, item, where):
@@ -425,7 +440,7 @@ def _decode_array(body, where):
         data = base64.b64decode(_field(body, "data", str, where), validate=True)
     except ValueError as error:
         raise ValueError(f"{where}: array data is not valid base64 ({error})") from None
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize
     if len(data) != expected:
         raise ValueError(f"{where}: array data has {len(data)} bytes, shape {shape} of {dtype} "
                          f"needs {expected}")
@@ -492,14 +507,19 @@ def load_variables(session, path, var_list=None, strict=True):
     exactly either way. Nothing is set unless everything checks out."""
     _check_session(session)
     path = _input_path(path, "path", "variables")
-    return _set_variables(session, path, _read_variables(path)[0], var_list, strict)
+    with NpzArchive(path, "variables file") as archive:
+        _, names = _metadata(path, archive)
+        return _set_variables(session, path, archive, names, var_list, strict)
 
 
-def _set_variables(session, path, arrays, var_list, strict):
+def _set_variables(session, path, archive, names, var_list, strict):
+    """Sets the variables from the open variables file `archive`, whose variable entries are
+    `names`: each entry's .npy header is checked against the graph's shape and dtype before any
+    data is read, and every value is read before any is set."""
     targets = _variable_names(session.graph, var_list)
-    target_set = set(targets)
-    missing = [n for n in targets if n not in arrays]
-    unexpected = [n for n in arrays if n not in target_set]
+    target_set, in_file = set(targets), set(names)
+    missing = [n for n in targets if n not in in_file]
+    unexpected = [n for n in names if n not in target_set]
     if strict and (missing or unexpected):
         parts = []
         if missing:
@@ -509,62 +529,47 @@ def _set_variables(session, path, arrays, var_list, strict):
             parts.append(f"in the file but not among {whose}: {unexpected}")
         raise ValueError(f"{path} does not match the variables to load (strict=True): "
                          + "; ".join(parts) + ". Pass strict=False to load the names both have.")
-    loaded = [n for n in targets if n in arrays]
-    mismatched = []
+    loaded = [n for n in targets if n in in_file]
+    dtypes, mismatched = {}, []
     for name in loaded:
         op = session.graph.get_operation_by_name(name)
         shape, dtype = tuple(op.attrs["shape"]), np.dtype(op.attrs["dtype"])
-        array = arrays[name]
-        if array.dtype != dtype and array.dtype.newbyteorder("=") == dtype:
-            array = arrays[name] = array.astype(dtype)
-        if array.shape != shape or array.dtype != dtype:
-            mismatched.append(f"{name!r}: file {array.dtype}{list(array.shape)}, "
+        file_shape, file_dtype = archive.header(name)
+        # A byte-swapped copy of the graph's dtype is converted when read.
+        if file_shape != shape or dtype not in (file_dtype, file_dtype.newbyteorder("=")):
+            mismatched.append(f"{name!r}: file {file_dtype}{list(file_shape)}, "
                               f"graph {dtype}{list(shape)}")
+        dtypes[name] = dtype
     if mismatched:
         raise ValueError(f"{path}: variables whose shape or dtype differ from the graph's: "
                          + "; ".join(mismatched))
-    for name in loaded:
-        session.set_variable_value(name, arrays[name])
+    values = {name: archive.read(name).astype(dtypes[name], copy=False) for name in loaded}
+    for name, value in values.items():
+        session.set_variable_value(name, value)
     return LoadResult(loaded, missing, unexpected)
 
 
-def _read_variables(path):
-    """({name: array}, metadata, the graph copy's bytes or None) from a variables file; plain
-    .npz files (no metadata) too."""
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except _CORRUPT as error:
-        raise ValueError(f"{path}: not a valid .npz variables file ({error})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path}: not an .npz archive (a single .npy array?)")
-    with archive:
-        meta, graph_data = {}, None
-        if _META_KEY in archive.files:
-            try:
-                meta = json.loads(archive[_META_KEY].tobytes().decode("utf-8"))
-            except _CORRUPT + (UnicodeDecodeError, RecursionError) as error:
-                raise ValueError(f"{path}: corrupt {_META_KEY!r} entry ({error})") from None
-            if not isinstance(meta, dict) or meta.get("format") != VARIABLES_FORMAT:
-                raise ValueError(f"{path}: the {_META_KEY!r} entry is not fqcore variables "
-                                 f"metadata")
-            _check_version(path, meta.get("version"), VARIABLES_VERSION)
-        if _GRAPH_KEY in archive.files:
-            try:
-                graph_data = archive[_GRAPH_KEY].tobytes()
-            except _CORRUPT as error:
-                raise ValueError(f"{path}: corrupt {_GRAPH_KEY!r} entry ({error})") from None
-        names = [n for n in archive.files if n not in (_META_KEY, _GRAPH_KEY)]
-        listed = meta.get("variables", names)
-        if not isinstance(listed, list) or sorted(map(str, listed)) != sorted(names):
-            raise ValueError(f"{path}: the entries {names} do not match the variables the "
-                             f"metadata lists ({short(listed)}); the file is corrupt")
-        arrays = {}
-        for name in listed:
-            try:
-                arrays[name] = archive[name]
-            except _CORRUPT as error:
-                raise ValueError(f"{path}: entry {name!r} is corrupt ({error})") from None
-    return arrays, meta, graph_data
+def _metadata(path, archive):
+    """(metadata, variable entry names) of an open variables file; plain .npz files (no
+    metadata) give ({}, every entry)."""
+    meta = {}
+    if _META_KEY in archive.names:
+        raw = archive.read(_META_KEY).tobytes()
+        try:
+            meta = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as error:
+            raise ValueError(f"{path}: corrupt {_META_KEY!r} entry ({error})") from None
+        if not isinstance(meta, dict) or meta.get("format") != VARIABLES_FORMAT:
+            raise ValueError(f"{path}: the {_META_KEY!r} entry is not fqcore variables "
+                             f"metadata")
+        _check_version(path, meta.get("version"), VARIABLES_VERSION)
+    names = [n for n in archive.names if n not in (_META_KEY, _GRAPH_KEY)]
+    listed = meta.get("variables", names)
+    if not isinstance(listed, list) or not all(type(n) is str for n in listed) or \
+            sorted(listed) != sorted(names):
+        raise ValueError(f"{path}: the entries {names} do not match the variables the "
+                         f"metadata lists ({short(listed)}); the file is corrupt")
+    return meta, listed
 
 
 def _variable_names(graph, var_list):
@@ -642,24 +647,28 @@ def restore(directory_or_prefix):
     from .session import Session
     graph_path, variables_path = checkpoint_paths(directory_or_prefix)
     variables_path = _input_path(variables_path, "directory_or_prefix", "variables")
-    arrays, meta, graph_copy = _read_variables(variables_path)
-    saved_with = meta.get("graph_sha256")
-    graph_data = None
-    if graph_copy is None or os.path.isfile(graph_path):
-        with _open_for_reading(_input_path(graph_path, "directory_or_prefix", "graph"),
-                               "graph") as f:
-            graph_data = f.read()
-    if graph_copy is not None and (graph_data is None
-                                   or hashlib.sha256(graph_data).hexdigest() != saved_with):
-        # A save interrupted after its commit point: the graph is the copy in the variables file.
-        graph, _ = _parse_graph(graph_copy, f"{variables_path} ({_GRAPH_KEY})")
-    else:
-        graph, digest = _parse_graph(graph_data, graph_path)
-        if saved_with not in (None, digest):
-            raise ValueError(f"{variables_path} was saved with a different graph than the one "
-                             f"beside it, and holds no copy of its own")
-    session = Session(graph)
-    _set_variables(session, variables_path, arrays, None, True)
+    with NpzArchive(variables_path, "variables file") as archive:
+        meta, names = _metadata(variables_path, archive)
+        has_copy = _GRAPH_KEY in archive.names
+        saved_with = meta.get("graph_sha256")
+        graph_data = None
+        if not has_copy or os.path.isfile(graph_path):
+            with _open_for_reading(_input_path(graph_path, "directory_or_prefix", "graph"),
+                                   "graph") as f:
+                graph_data = f.read()
+        if has_copy and (graph_data is None
+                         or hashlib.sha256(graph_data).hexdigest() != saved_with):
+            # A save interrupted after its commit point: the graph is the copy in the variables
+            # file.
+            graph_copy = archive.read(_GRAPH_KEY).tobytes()
+            graph, _ = _parse_graph(graph_copy, f"{variables_path} ({_GRAPH_KEY})")
+        else:
+            graph, digest = _parse_graph(graph_data, graph_path)
+            if saved_with not in (None, digest):
+                raise ValueError(f"{variables_path} was saved with a different graph than the "
+                                 f"one beside it, and holds no copy of its own")
+        session = Session(graph)
+        _set_variables(session, variables_path, archive, names, None, True)
     return graph, session
 
 

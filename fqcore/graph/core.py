@@ -5,7 +5,18 @@ import threading
 
 import numpy as np
 
-_VALID_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/]*$")
+from ..safe_names import path_problem
+
+_NAME_PATTERN = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
+NAME_RULE = ("letters, digits and . _ - /, not starting with _ - or /, with no component "
+             "(between slashes) that is '.' or '..'")
+
+
+def is_valid_name(name):
+    """TF's op-name rule (without its '>'), less the '.' and '..' components TF accepts: op
+    names become entry names in checkpoint archives, where those would read as paths."""
+    return isinstance(name, str) and bool(_NAME_PATTERN.fullmatch(name)) and \
+        path_problem(name) is None
 
 
 class GraphKeys:
@@ -204,8 +215,8 @@ class Graph:
             unique = full_name
         else:
             unique = self.unique_name(name or op_type)
-        if not _VALID_NAME.match(unique):
-            raise ValueError(f"invalid operation name {unique!r}")
+        if not is_valid_name(unique):
+            raise ValueError(f"invalid operation name {unique!r}: use {NAME_RULE}")
         controls = [op for frame in self._control_stack for op in frame] + [
             _as_operation(o) for o in control_inputs]
         if output_specs is None:

@@ -9,6 +9,7 @@ The document (UTF-8 JSON; the writer puts one node per line)::
      "version": 1,                                   required, exactly 1
      "node": [                                       required, the ops in creation order
        {"name": "conv1/Conv2D",                      required, unique; letters, digits, . _ - /
+                                                     (no '.' or '..' between slashes)
         "op": "Conv2D",                              required, a registered fqcore op type
         "input": ["images", "conv1/weights/read",    optional (default []), see below
                   "^init"],
@@ -83,7 +84,7 @@ import os
 import numpy as np
 
 from ..atomic_file import write_atomically
-from .core import _VALID_NAME as _NAME
+from .core import NAME_RULE, is_valid_name
 from .core import Graph, Operation, Tensor
 from .graph_state import check_member, decode_rng, short
 from .op_registry import op_def
@@ -351,9 +352,9 @@ class _Reader:
         if unknown:
             raise ValueError(f"{where} field {unknown[0]!r}: unknown field (allowed: "
                              f"{list(_NODE_FIELDS)})")
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ValueError(f"{where} field 'name': must be a string of letters, digits and "
-                             f". _ - / not starting with _ - or /, got {short(name)}")
+        if not is_valid_name(name):
+            raise ValueError(f"{where} field 'name': must be a string of {NAME_RULE}, got "
+                             f"{short(name)}")
         op_type = entry.get("op")
         if not isinstance(op_type, str):
             raise ValueError(f"{where} field 'op': must be a string, got {short(op_type)}")
@@ -373,7 +374,7 @@ class _Reader:
             if not isinstance(text, str):
                 raise ValueError(f"{field}: must be a string, got {short(text)}")
             if text.startswith("^"):
-                if not _NAME.match(text[1:]):
+                if not is_valid_name(text[1:]):
                     raise ValueError(f"{field}: {text!r} is not '^<node name>'")
                 controls.append((i, text[1:]))
                 continue
@@ -383,7 +384,7 @@ class _Reader:
             source, sep, k = text.rpartition(":")
             if not sep:
                 source, k = text, "0"
-            if not _NAME.match(source) or not k.isdigit() or (len(k) > 1 and k[0] == "0"):
+            if not is_valid_name(source) or not k.isdigit() or (len(k) > 1 and k[0] == "0"):
                 raise ValueError(f"{field}: {text!r} is not 'name', 'name:k' or '^name'")
             inputs.append((i, source, int(k)))
         raw_attrs = entry.get("attr", {})
