@@ -25,6 +25,7 @@ X86_AVX512 = X86_AVX2 + ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl"]
 COMMON_SOURCES = [
     "dispatch.c",
     "common/fpenv.c",
+    "common/cpu_budget.c",
     "common/parallel.c",
     "fake_quant/fq_api.c",
     "fake_quant/fq_nudge.c",
@@ -51,7 +52,6 @@ PROBES = {
              "int main(void){float32x4_t a=vdupq_n_f32(1.f);a=vrndmq_f32(a);"
              "return (int)vgetq_lane_f32(a,0);}\n", []),
 }
-OPENMP_PROBE = "#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel\nn=omp_get_num_threads();\nreturn n<1;}\n"
 
 
 def _compiles(compiler, source, flags, link_flags=()):
@@ -80,8 +80,6 @@ class BuildWithIsaFlags(build_ext):
         for isa, (probe, flags) in PROBES.items():
             if os.environ.get("FQCORE_DISABLE_" + isa) != "1" and _compiles(compiler, probe, flags):
                 isa_flags[isa] = flags
-        use_openmp = (os.environ.get("FQCORE_DISABLE_OPENMP") != "1"
-                      and _compiles(compiler, OPENMP_PROBE, ["-fopenmp"], ["-fopenmp"]))
         per_file = {}
         for ext in self.extensions:
             for isa, flags in isa_flags.items():
@@ -90,11 +88,11 @@ class BuildWithIsaFlags(build_ext):
                     ext.sources.append(path)
                     per_file[os.path.normpath(path)] = flags
                 ext.define_macros.append(("FQ_BUILD_" + isa, "1"))
-            if use_openmp:
-                ext.extra_compile_args.append("-fopenmp")
-                ext.extra_link_args.append("-fopenmp")
-        self.announce("fqcore: ISA kernels built: scalar %s, OpenMP: %s"
-                      % (" ".join(i.lower() for i in isa_flags), use_openmp), level=3)
+            # The thread pool is POSIX threads (src_c/common/parallel.c).
+            ext.extra_compile_args.append("-pthread")
+            ext.extra_link_args.append("-pthread")
+        self.announce("fqcore: ISA kernels built: scalar %s"
+                      % " ".join(i.lower() for i in isa_flags), level=3)
 
         original_compile = compiler._compile
 

@@ -1,7 +1,7 @@
 """fqcore: TensorFlow-exact fake quantization for quantization-aware training on the CPU."""
 from . import _runtime
-from ._runtime import (available_isas, compiled_isas, get_isa, get_num_threads, set_isa,
-                       set_num_threads, show_config)
+from ._runtime import (available_isas, compiled_isas, free_cpus, get_isa, get_num_threads,
+                       other_cpu_load, set_isa, set_num_threads, show_config, usable_cpus)
 from .batch_norm import (FusedBatchNormGradV3, FusedBatchNormV3, fused_batch_norm,
                          fused_batch_norm_grad)
 from .ops import (FakeQuantWithMinMaxVarsGradient, FakeQuantWithMinMaxVarsPerChannelGradient,
@@ -20,7 +20,7 @@ __version__ = _runtime.config()["version"]
 
 __all__ = [
     "available_isas", "compiled_isas", "get_isa", "set_isa", "get_num_threads", "set_num_threads",
-    "show_config", "FakeQuantWithMinMaxVarsGradient", "FakeQuantWithMinMaxVarsPerChannelGradient",
+    "usable_cpus", "other_cpu_load", "free_cpus", "show_config", "FakeQuantWithMinMaxVarsGradient", "FakeQuantWithMinMaxVarsPerChannelGradient",
     "fake_quant_with_min_max_args", "fake_quant_with_min_max_args_gradient",
     "fake_quant_with_min_max_vars", "fake_quant_with_min_max_vars_gradient",
     "fake_quant_with_min_max_vars_per_channel", "fake_quant_with_min_max_vars_per_channel_gradient",

@@ -12,6 +12,7 @@ cdef extern from "fqcore.h" nogil:
         FQ_ERR_BAD_SHAPE
         FQ_ERR_BAD_DTYPE
         FQ_ERR_BAD_LAYOUT
+        FQ_ERR_NO_THREADS
 
     ctypedef enum fq_isa:
         FQ_ISA_SCALAR
@@ -30,8 +31,11 @@ cdef extern from "fqcore.h" nogil:
     fq_status fq_set_isa(fq_isa isa)
     fq_status fq_init()
     int fq_get_num_threads()
+    int fq_num_threads_is_auto()
     fq_status fq_set_num_threads(int num_threads)
-    int fq_has_openmp()
+    int fq_usable_cpus()
+    double fq_other_cpu_load()
+    int fq_free_cpus()
 
     fq_status fq_f32_args(const float *x, float *out, size_t n, float min, float max,
                           int num_bits, int narrow_range)

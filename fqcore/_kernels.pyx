@@ -9,12 +9,22 @@ ISA_NAMES = tuple(fq_isa_name(<fq_isa>i).decode() for i in range(FQ_ISA_COUNT))
 VERSION = FQCORE_VERSION_STRING.decode()
 
 
+cdef extern from *:
+    # setup.py defines it on this file's compile line: JSON of the ISAs it left out and why, the
+    # compiler and the flags, so the description cannot disagree with the binary.
+    const char *FQ_BUILD_INFO
+
+BUILD_INFO = FQ_BUILD_INFO.decode()
+
+
 cdef int _check(fq_status status) except -1:
     if status == FQ_OK:
         return 0
     message = fq_status_string(status).decode()
     if status == FQ_ERR_NO_MEMORY:
         raise MemoryError(message)
+    if status == FQ_ERR_NO_THREADS:
+        raise RuntimeError(message)
     raise ValueError(message)
 
 
@@ -49,15 +59,28 @@ def set_isa(int isa):
 
 
 def get_num_threads():
-    return fq_get_num_threads()
+    """0 for auto, else the fixed count."""
+    return 0 if fq_num_threads_is_auto() else fq_get_num_threads()
 
 
 def set_num_threads(int threads):
-    _check(fq_set_num_threads(threads))
+    """0 for auto."""
+    cdef fq_status rc
+    with nogil:
+        rc = fq_set_num_threads(threads)
+    _check(rc)
 
 
-def has_openmp():
-    return bool(fq_has_openmp())
+def usable_cpus():
+    return fq_usable_cpus()
+
+
+def other_cpu_load():
+    return fq_other_cpu_load()
+
+
+def free_cpus():
+    return fq_free_cpus()
 
 
 # Fake quantization. Each binding takes the arguments of its fqcore.ops function as they come and

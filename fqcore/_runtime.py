@@ -1,10 +1,12 @@
 """ISA and thread controls of the C library: show_config, available_isas, get/set_isa, threads."""
+import json
 import numbers
 import os
 
 from . import _kernels, blas_threads
 
 _ISA_NAMES = _kernels.ISA_NAMES
+_BUILD = json.loads(_kernels.BUILD_INFO)
 
 
 def compiled_isas():
@@ -32,16 +34,46 @@ def set_isa(name):
 
 
 def get_num_threads():
-    """Threads one kernel call may use (small inputs always use one)."""
-    return _kernels.get_num_threads()
+    """The thread setting of kernel calls: "auto" (the default) or the fixed count set."""
+    threads = _kernels.get_num_threads()
+    return "auto" if threads == 0 else threads
 
 
 def set_num_threads(num_threads):
-    """Sets the thread budget of every later call; results never depend on it."""
+    """Sets the threads of every later kernel call; results never depend on it.
+
+    "auto" (the default) lets each call choose from its size and the machine: the CPUs this
+    process may use that other processes leave free, one thread while workers come late, one
+    below 64K elements. An int from 1 to 1024 fixes the count of every call of 64K elements or
+    more; its threads start now, and RuntimeError (the previous setting kept) says when the
+    system refuses them. set_num_threads(get_num_threads()) restores a setting."""
+    if isinstance(num_threads, str) and num_threads.strip().lower() == "auto":
+        _kernels.set_num_threads(0)
+        return
     if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral) or \
             not 1 <= num_threads <= 1024:
-        raise ValueError(f"num_threads must be an int from 1 to 1024, got {num_threads!r}")
-    _kernels.set_num_threads(int(num_threads))
+        raise ValueError(f"num_threads must be 'auto' or an int from 1 to 1024, got {num_threads!r}")
+    try:
+        _kernels.set_num_threads(int(num_threads))
+    except RuntimeError as error:
+        raise RuntimeError(f"set_num_threads({int(num_threads)}): {error}; the setting stays "
+                           f"{get_num_threads()!r}") from None
+
+
+def usable_cpus():
+    """CPUs this process may run on (affinity mask, lowered to a cgroup CPU quota)."""
+    return _kernels.usable_cpus()
+
+
+def other_cpu_load():
+    """Cores of this process's CPUs other processes kept busy lately (Linux; 0.0 elsewhere)."""
+    return _kernels.other_cpu_load()
+
+
+def free_cpus():
+    """CPUs worth a thread now: the usable CPUs less those other processes keep at least half
+    busy (at least 1). "auto" gives kernel calls, and Session runs give BLAS, this many."""
+    return _kernels.free_cpus()
 
 
 def config():
@@ -49,18 +81,26 @@ def config():
     return {
         "version": _kernels.VERSION,
         "compiled_isas": compiled_isas(),
+        # What setup.py's probes left out and why: a compiler without the ISA, another target,
+        # FQCORE_DISABLE_<ISA>=1.
+        "isas_not_built": [f"{isa} ({why})" for isa, why in _BUILD["isas_not_built"].items()],
         "available_isas": available_isas(),
         "active_isa": get_isa(),
-        "openmp": _kernels.has_openmp(),
         "num_threads": get_num_threads(),
+        "usable_cpus": usable_cpus(),
+        "other_cpu_load": round(other_cpu_load(), 2),
         # The BLAS numpy runs convolutions on, whose threads Session runs decide.
         "blas": blas_threads.blas_library() or "none found",
         "blas_threads": blas_threads.get_blas_threads(),
+        "compiler": _BUILD["compiler"],
+        "kernel_flags": _BUILD["kernel_flags"],
+        "linker": _BUILD["linker"],
     }
 
 
 def show_config():
-    """Prints version, compiled ISAs, available ISAs, the active ISA, threads and numpy's BLAS."""
+    """Prints version, compiled ISAs (and those not built, and why), available ISAs, the active ISA,
+    threads, numpy's BLAS, and the compiler and flags of the build."""
     for key, value in config().items():
         if isinstance(value, list):
             value = ", ".join(value)

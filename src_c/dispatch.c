@@ -3,20 +3,20 @@
 #include <string.h>
 
 #include "include/fqcore.h"
+#include "common/cpu_budget.h"
+#include "common/parallel.h"
 #include "common/runtime.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define FQ_X86 1
 #include <cpuid.h>
 #endif
 
-/* Below this many elements a call stays on the calling thread: an OpenMP region costs a few
-   microseconds, which is what 64K elements take on one core. */
+/* Below this many elements a call stays on the calling thread. */
 #define FQ_PARALLEL_MIN_WORK ((size_t)65536)
+/* Below this many elements only workers already awake take part: waking a sleeping one costs
+   more than the call gains (about 30 us from the signal to its first item on a 2-core KVM guest). */
+#define FQ_PARALLEL_WAKE_MIN_WORK ((size_t)262144)
 /* Each extra thread gets at least this much work. */
 #define FQ_PARALLEL_WORK_PER_THREAD ((size_t)32768)
 
@@ -70,7 +70,7 @@ static void detect_x86(int supported[FQ_ISA_COUNT]) {
 
 static int isa_supported[FQ_ISA_COUNT];
 static int active_isa;
-static int num_threads = 1;
+static int num_threads = FQ_THREADS_AUTO;
 static fq_status init_status;
 static int initialized;
 
@@ -93,19 +93,14 @@ static fq_isa best_available(void) {
     return FQ_ISA_SCALAR;
 }
 
+/* FQCORE_NUM_THREADS: unset, empty or "auto" for the default, else a count from 1 to 1024. */
 static fq_status threads_from_env(int *out) {
     const char *text = getenv("FQCORE_NUM_THREADS");
-    if (text == NULL || *text == '\0') {
-#ifdef _OPENMP
-        *out = omp_get_num_procs();
-#else
-        *out = 1;
-#endif
-        return FQ_OK;
-    }
+    *out = FQ_THREADS_AUTO;
+    if (text == NULL || *text == '\0' || strcmp(text, "auto") == 0) return FQ_OK;
     char *end;
     long value = strtol(text, &end, 10);
-    if (*end != '\0' || value < 1 || value > 1024) return FQ_ERR_BAD_THREADS;
+    if (*end != '\0' || value < 1 || value > FQ_MAX_THREADS) return FQ_ERR_BAD_THREADS;
     *out = (int)value;
     return FQ_OK;
 }
@@ -122,11 +117,12 @@ fq_status fq_init(void) {
         if (status == FQ_OK && !usable(wanted)) status = FQ_ERR_ISA_UNAVAILABLE;
         if (status == FQ_OK) isa = wanted;
     }
-    int threads = 1;
+    int threads = FQ_THREADS_AUTO;
     fq_status thread_status = threads_from_env(&threads);
     if (status == FQ_OK) status = thread_status;
     active_isa = (int)isa;
-    num_threads = thread_status == FQ_OK ? threads : 1;
+    num_threads = threads;
+    fq_usable_cpus(); /* reads the CPU budget now, before the application starts threads */
     init_status = status;
     __atomic_store_n(&initialized, 1, __ATOMIC_RELEASE);
     return status;
@@ -141,7 +137,8 @@ const char *fq_status_string(fq_status status) {
     case FQ_ERR_NO_MEMORY: return "out of memory for scratch space";
     case FQ_ERR_ISA_UNAVAILABLE: return "the requested ISA is not available on this build or CPU";
     case FQ_ERR_BAD_ISA: return "unknown ISA name (expected scalar, avx2, avx512 or neon)";
-    case FQ_ERR_BAD_THREADS: return "the number of threads must be an integer from 1 to 1024";
+    case FQ_ERR_BAD_THREADS: return "the number of threads must be an integer from 1 to 1024, or auto";
+    case FQ_ERR_NO_THREADS: return "the system refused to start that many threads";
     case FQ_ERR_BAD_SHAPE: return "the element count is not a multiple of the channel count";
     case FQ_ERR_BAD_DTYPE: return "unknown element type (expected float32, float16 or bfloat16)";
     case FQ_ERR_BAD_LAYOUT: return "unknown data layout (expected channels-last or channels-first)";
@@ -182,37 +179,39 @@ fq_status fq_set_isa(fq_isa isa) {
     return FQ_OK;
 }
 
-int fq_has_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
-
 int fq_get_num_threads(void) {
     fq_init();
-    return __atomic_load_n(&num_threads, __ATOMIC_RELAXED);
+    const int threads = __atomic_load_n(&num_threads, __ATOMIC_RELAXED);
+    return threads == FQ_THREADS_AUTO ? fq_usable_cpus() : threads;
+}
+
+int fq_num_threads_is_auto(void) {
+    fq_init();
+    return __atomic_load_n(&num_threads, __ATOMIC_RELAXED) == FQ_THREADS_AUTO;
 }
 
 fq_status fq_set_num_threads(int threads) {
-    if (threads < 1 || threads > 1024) return FQ_ERR_BAD_THREADS;
+    if (threads < FQ_THREADS_AUTO || threads > FQ_MAX_THREADS) return FQ_ERR_BAD_THREADS;
     fq_init();
+    /* A fixed count starts its workers now, so that a refusal is this call's error. */
+    if (threads != FQ_THREADS_AUTO && fq_parallel_reserve(threads, 1) < threads) return FQ_ERR_NO_THREADS;
     __atomic_store_n(&num_threads, threads, __ATOMIC_RELAXED);
     return FQ_OK;
 }
 
 int fq_runtime_threads_for(size_t work, size_t max_items) {
-#ifdef _OPENMP
     if (work < FQ_PARALLEL_MIN_WORK) return 1;
-    size_t threads = (size_t)fq_get_num_threads();
+    size_t threads = (size_t)__atomic_load_n(&num_threads, __ATOMIC_RELAXED);
+    if (threads == FQ_THREADS_AUTO) {
+        if (fq_parallel_backing_off()) return 1;
+        threads = (size_t)fq_free_cpus();
+        if (work < FQ_PARALLEL_WAKE_MIN_WORK) {
+            const size_t awake = (size_t)fq_parallel_awake_workers();
+            if (threads > awake + 1) threads = awake + 1;
+        }
+    }
     size_t by_work = work / FQ_PARALLEL_WORK_PER_THREAD;
     if (threads > by_work) threads = by_work;
     if (threads > max_items) threads = max_items;
     return threads < 1 ? 1 : (int)threads;
-#else
-    (void)work;
-    (void)max_items;
-    return 1;
-#endif
 }

@@ -1,5 +1,5 @@
 """Builds and runs the C test binaries of tests/c (fake quantization: test_kernels; batch norm:
-test_batch_norm; range observer: test_range): natively, under ASan + UBSan, and for aarch64 (NEON)
+test_batch_norm; range observer: test_range; thread pool and CPU budget: test_threads): natively, under ASan + UBSan, and for aarch64 (NEON)
 under qemu-user."""
 import os
 import shutil
@@ -15,7 +15,7 @@ RUN_TIMEOUT = 1800  # the aarch64 run is emulated
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # One binary per family; `make native` (aarch64, sanitized) builds all of them.
-BINARIES = ["test_kernels", "test_batch_norm", "test_range"]
+BINARIES = ["test_kernels", "test_batch_norm", "test_range", "test_threads"]
 
 
 def _missing(*tools):
@@ -65,6 +65,20 @@ def test_native_kernels_under_address_and_undefined_behavior_sanitizers(binary):
                                  os.path.join("build", binary + "_sanitized")])
 
 
+THREADSAN_BINARIES = ["test_threads", "test_range"]
+
+
+@pytest.mark.parametrize("binary", THREADSAN_BINARIES)
+def test_thread_pool_has_no_data_race_under_thread_sanitizer(binary):
+    """The pool's handover of calls between threads, and the range walk's sharing of work over it,
+    under ThreadSanitizer: any data race aborts the run."""
+    missing = _missing("make", "gcc")
+    if missing:
+        pytest.skip(f"the ThreadSanitizer harness needs {', '.join(missing)} on PATH")
+    _build_and_run("threadsan", ["env", "TSAN_OPTIONS=halt_on_error=1",
+                                 os.path.join("build", binary + "_threadsan")])
+
+
 @pytest.mark.parametrize("binary", BINARIES)
 def test_aarch64_neon_kernels_match_scalar_under_qemu(binary):
     missing = _missing("make", "aarch64-linux-gnu-gcc", "qemu-aarch64")
@@ -74,5 +88,7 @@ def test_aarch64_neon_kernels_match_scalar_under_qemu(binary):
         if IN_CI:
             pytest.fail(f"CI=true: NEON must be tested, but {reason}")
         pytest.skip(reason)
-    output = _build_and_run("aarch64", ["qemu-aarch64", os.path.join("build", binary + "_aarch64")])
+    # qemu-user cannot fork a multi-threaded process (test_threads.c skips that section).
+    output = _build_and_run("aarch64", ["env", "FQ_TEST_NO_FORK=1", "qemu-aarch64",
+                                        os.path.join("build", binary + "_aarch64")])
     assert "available: scalar neon" in output, f"NEON was not available under qemu:\n{output}"

@@ -1,11 +1,13 @@
 """Thread counts inside Session.run: the BLAS setting (threads=, $FQCORE_NUM_THREADS, "auto"
 from the cores other processes leave free) and fqcore's kernel threads."""
+import os
+
 import numpy as np
 import pytest
 
 import fqcore
 import fqcore.graph as G
-from fqcore import blas_threads, cpu_load
+from fqcore import blas_threads
 from fqcore.graph import run_threads
 
 
@@ -53,51 +55,17 @@ def test_the_environment_sets_the_default(monkeypatch):
     assert G.Session(G.Graph(), threads=2).threads == 2
 
 
-class _FakeMachine:
-    """/proc/stat busy jiffies, this process's CPU seconds and a clock, moved by hand."""
-
-    def __init__(self):
-        self.busy, self.own, self.now = 0, 0.0, 0.0
-
-    def stat(self, cpus):
-        return self.busy, 0
-
-    def advance(self, seconds, others_cores, own_cores, ticks=100):
-        self.now += seconds
-        self.own += own_cores * seconds
-        self.busy += round((others_cores + own_cores) * seconds * ticks)
+@pytest.mark.parametrize("free", [1, 2, 5])
+def test_auto_gives_blas_the_cpus_others_leave_free(monkeypatch, free):
+    """The count comes from fqcore's CPU budget (its arithmetic: tests/c/test_threads.c)."""
+    monkeypatch.setattr(fqcore._runtime, "free_cpus", lambda: free)
+    assert run_threads.RunThreads("auto", 1).blas_threads() == free
+    assert run_threads.RunThreads(3, 1).blas_threads() == 3
 
 
-def _load(machine, cpus=2):
-    load = cpu_load.OtherLoad(interval=0.25, read_stat=machine.stat, own_cpu=lambda: machine.own,
-                              clock=lambda: machine.now)
-    load.cpus = list(range(cpus))
-    load._ticks = 100
-    return load
-
-
-def test_other_load_counts_busy_time_minus_this_process():
-    machine = _FakeMachine()
-    load = _load(machine)
-    load.cores()
-    machine.advance(1.0, others_cores=1.5, own_cores=0.5)
-    assert load.cores() == pytest.approx(1.5)
-    machine.advance(0.1, others_cores=0.0, own_cores=1.0)   # too short: estimate kept
-    assert load.cores() == pytest.approx(1.5)
-    machine.advance(0.5, others_cores=0.0, own_cores=2.0)
-    assert load.cores() == pytest.approx(0.0, abs=1e-9)
-    machine.advance(1.0, others_cores=5.0, own_cores=0.0)   # clamped to this process's CPUs
-    assert load.cores() == 2.0
-
-
-@pytest.mark.parametrize("others,expected", [(0.0, 2), (0.3, 2), (0.6, 1), (1.0, 1), (2.0, 1)])
-def test_auto_gives_blas_the_cores_others_leave_free(others, expected):
-    machine = _FakeMachine()
-    threads = run_threads.RunThreads("auto", 1)
-    threads._load = _load(machine)
-    threads._load.cores()
-    machine.advance(1.0, others_cores=others, own_cores=1.0)
-    assert threads.blas_threads() == expected
+def test_free_cpus_is_within_the_usable_cpus():
+    assert 1 <= fqcore.free_cpus() <= fqcore.usable_cpus()
+    assert 0.0 <= fqcore.other_cpu_load() <= (os.cpu_count() or 1)
 
 
 def _tiny_session(**kwargs):

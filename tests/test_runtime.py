@@ -17,8 +17,8 @@ def _python(code, **env):
 def test_show_config_lists_everything(capsys):
     fqcore.show_config()
     text = capsys.readouterr().out
-    for key in ("version", "compiled_isas", "available_isas", "active_isa", "openmp", "num_threads",
-                "blas", "blas_threads"):
+    for key in ("version", "compiled_isas", "available_isas", "active_isa", "num_threads",
+                "usable_cpus", "other_cpu_load", "blas", "blas_threads"):
         assert key in text
     assert fqcore.get_isa() in text
 
@@ -73,13 +73,16 @@ def test_unavailable_environment_isa_is_an_import_error():
 
 def test_environment_threads():
     assert _python("import fqcore; print(fqcore.get_num_threads())", FQCORE_NUM_THREADS="3").stdout.strip() == "3"
+    for auto in ("auto", ""):
+        assert _python("import fqcore; print(fqcore.get_num_threads())",
+                       FQCORE_NUM_THREADS=auto).stdout.strip() == "auto"
     bad = _python("import fqcore", FQCORE_NUM_THREADS="zero")
     assert bad.returncode != 0 and "FQCORE_NUM_THREADS" in bad.stderr
 
 
-@pytest.mark.parametrize("value", [0, -1, 1025, 2.0, "2", True])
+@pytest.mark.parametrize("value", [0, -1, 1025, 2.0, "2", "automatic", True, None])
 def test_set_num_threads_rejects(value):
-    with pytest.raises(ValueError, match="num_threads must be an int from 1 to 1024"):
+    with pytest.raises(ValueError, match="num_threads must be 'auto' or an int from 1 to 1024"):
         fqcore.set_num_threads(value)
 
 
@@ -90,5 +93,53 @@ def test_set_num_threads_round_trip():
         assert fqcore.get_num_threads() == 3
         fqcore.set_num_threads(np.int64(2))  # numpy ints, as num_bits takes them
         assert fqcore.get_num_threads() == 2
+        fqcore.set_num_threads("auto")
+        assert fqcore.get_num_threads() == "auto"
+        fqcore.set_num_threads(" AUTO ")
+        assert fqcore.get_num_threads() == "auto"
     finally:
         fqcore.set_num_threads(previous)
+
+
+def test_the_default_is_auto():
+    assert _python("import fqcore; print(fqcore.get_num_threads())",
+                   FQCORE_NUM_THREADS="").stdout.strip() == "auto"
+
+
+# Under an address-space limit, a fixed count the system cannot give is a Python exception that
+# keeps the previous setting, and calls still give the right results (on fewer threads).
+_THREADS_UNDER_LIMIT = """
+import resource, numpy as np, fqcore
+x = np.random.default_rng(0).normal(size=1 << 20).astype(np.float32)
+expected = fqcore.fake_quant_with_min_max_vars(x, -3.0, 3.0)
+outs = [np.empty_like(x) for _ in range(3)]
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+def threads():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("Threads:"))
+before = threads()
+resource.setrlimit(resource.RLIMIT_AS, (used + (64 << 20), hard))
+try:
+    fqcore.set_num_threads(1024)
+    outcome = "set"
+except RuntimeError as error:
+    outcome = "refused: " + str(error)
+for out in outs:
+    fqcore.fake_quant_with_min_max_vars(x, -3.0, 3.0, out=out)
+print(outcome)
+print(threads() - before)
+print("same" if all(np.array_equal(out, expected) for out in outs) else "different")
+print(fqcore.get_num_threads())
+"""
+
+
+def test_a_thousand_threads_under_an_address_space_limit_is_an_exception_not_an_exit():
+    if not os.path.exists("/proc/self/statm"):
+        pytest.skip("reads this process's size from /proc/self/statm (Linux)")
+    result = _python(_THREADS_UNDER_LIMIT)
+    assert result.returncode == 0, result.stderr
+    outcome, extra_threads, same, setting = result.stdout.splitlines()
+    assert outcome.startswith("refused: set_num_threads(1024): the system refused"), outcome
+    assert "the setting stays 'auto'" in outcome
+    assert extra_threads == "0"  # the workers started for the refused count have retired
+    assert same == "same" and setting == "auto"

@@ -1,15 +1,15 @@
 """How many threads a Session run gives numpy's BLAS (the convolutions and matmuls) and fqcore's
-kernels. BLAS runs on as many cores as other processes leave free, re-estimated as runs go
-("auto", the default): its threads spin and wait for each other, so a thread that shares its core
-with another process stalls the whole call (on 2 cores with two busy processes, the demo's step
-took 689 ms with 2 BLAS threads, 33 ms with 1); on a quiet machine the extra threads pay for
-larger layers. $FQCORE_NUM_THREADS, fqcore's own thread count, fixes the BLAS count too when the
+kernels. BLAS runs on as many CPUs as other processes leave free ("auto", the default; fqcore's
+own estimate, fqcore.free_cpus(), re-estimated as runs go): its threads spin and wait for each
+other, so a thread that shares its core with another process stalls the whole call (on 2 cores
+with two busy processes, the demo's step took 689 ms with 2 BLAS threads, 33 ms with 1); on a
+quiet machine the extra threads pay for larger layers. $FQCORE_NUM_THREADS, fqcore's own thread count, fixes the BLAS count too when the
 user sets it. fqcore's kernels run on 1 thread inside a run by default, so that the two pools
 never spin against each other."""
 import contextlib
 import os
 
-from .. import _runtime, blas_threads, cpu_load
+from .. import _runtime, blas_threads
 
 ENVIRONMENT = "FQCORE_NUM_THREADS"
 
@@ -40,14 +40,10 @@ class RunThreads:
                                            not isinstance(kernel_threads, int) or kernel_threads < 1):
             raise ValueError(f"kernel_threads must be None or a positive int, got {kernel_threads!r}")
         self.kernel = kernel_threads
-        self._load = cpu_load.shared() if self.blas == "auto" else None
 
     def blas_threads(self):
-        """BLAS threads for the next run: the fixed count, or the cores others leave free."""
-        if self._load is None:
-            return self.blas
-        cpus = len(self._load.cpus)
-        return max(1, min(cpus, int(cpus - self._load.cores() + 0.5)))
+        """BLAS threads for the next run: the fixed count, or the CPUs others leave free."""
+        return _runtime.free_cpus() if self.blas == "auto" else self.blas
 
     @contextlib.contextmanager
     def applied(self):

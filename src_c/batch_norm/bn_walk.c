@@ -19,7 +19,7 @@
 /* Elementwise passes: items of about this many elements, taken from the last to the first (on one
    thread too). Smaller items (32768) made the reversed walk cost up to 10% on data beyond L2 (each
    item restarts the prefetchers); this size still splits every benchmarked shape over 2 threads. */
-#define BN_CHUNK ((size_t)262144)
+#define BN_CHUNK ((size_t)65536)
 /* A pass whose arrays together exceed this (about a shared L3 cache) writes its output with
    non-temporal stores: the output would leave the cache anyway, and the stores then skip reading
    each destination line first (a quarter of an np.add-like pass's memory traffic). */
@@ -86,25 +86,26 @@ static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run
     }
 }
 
-static void sums_last_item(void *context, size_t block) {
+static void sums_last_blocks(void *context, size_t first_block, size_t end_block) {
     const sums_job *job = context;
-    const size_t first = job->periods * block / job->blocks * job->period;
-    size_t end = job->periods * (block + 1) / job->blocks * job->period;
-    if (end > job->walk->count) end = job->walk->count;
-    double *a = job->partials + 2 * job->period * block;
-    double *b = a + job->period;
-    for (size_t p = 0; p < 2 * job->period; ++p) a[p] = 0.0;
-    /* The block may fetch the start of the next one ahead (on one thread, that comes next). */
-    sums_call(job, first, 1, 0, end - first, job->period, job->center, a, b, 0,
-              job->walk->count - end);
+    for (size_t block = first_block; block < end_block; ++block) {
+        const size_t first = job->periods * block / job->blocks * job->period;
+        size_t end = job->periods * (block + 1) / job->blocks * job->period;
+        if (end > job->walk->count) end = job->walk->count;
+        double *a = job->partials + 2 * job->period * block;
+        double *b = a + job->period;
+        for (size_t p = 0; p < 2 * job->period; ++p) a[p] = 0.0;
+        /* The block may fetch the start of the next one ahead (on one thread, that comes next). */
+        sums_call(job, first, 1, 0, end - first, job->period, job->center, a, b, 0,
+                  job->walk->count - end);
+    }
 }
 
 /* Lane l of a channel takes the elements l, l + 16, ... of each of its runs, batch after batch.
-   An item is a range of channels, walked batch by batch so memory is read in order. */
-static void sums_first_item(void *context, size_t item) {
+   Items are channels; channels [c0, c1) are walked batch by batch so memory is read in order. */
+static void sums_first_channels(void *context, size_t c0, size_t c1) {
     const sums_job *job = context;
     const fq_bn_shape *s = &job->walk->shape;
-    const size_t c0 = s->channels * item / job->blocks, c1 = s->channels * (item + 1) / job->blocks;
     const size_t lanes = FQ_BN_LANES * s->channels;
     double *a = job->partials + FQ_BN_LANES * c0, *b = a + lanes;
     for (size_t n = 0; n < s->outer; ++n)
@@ -123,9 +124,7 @@ static fq_status sums_first(sums_job *job, const double *center, double *sum_a, 
     }
     job->partials = scratch;
     job->center = scratch + 2 * lanes;
-    const int threads = fq_runtime_threads_for(w->count, channels);
-    job->blocks = (size_t)threads;
-    fq_parallel_for(threads, job->blocks, sums_first_item, job);
+    fq_parallel_for(fq_runtime_threads_for(w->count, channels), channels, sums_first_channels, job);
     for (size_t c = 0; c < channels; ++c) {
         double total_a = 0.0, total_b = 0.0;
         for (size_t l = 0; l < FQ_BN_LANES; ++l) {
@@ -153,7 +152,7 @@ static fq_status sums_last(sums_job *job, const double *center, double *sum_a, d
     for (size_t p = 0; p < job->period; ++p) center_by_position[p] = center[p % channels];
     job->center = center_by_position;
     job->partials = scratch;
-    fq_parallel_for(fq_runtime_threads_for(w->count, job->blocks), job->blocks, sums_last_item, job);
+    fq_parallel_for(fq_runtime_threads_for(w->count, job->blocks), job->blocks, sums_last_blocks, job);
     /* Blocks in index order for each position (into block 0's partials, walking each block's
        partials in memory order: position by position, the walk jumped a block's size at every
        step), then the positions of each channel in order. */
@@ -232,8 +231,7 @@ static void elementwise_call(const elementwise_job *job, size_t first, size_t ru
    its end is what the caches still hold (with arrays beyond L3, the gradient's x and dy). */
 static size_t reversed(const elementwise_job *job, size_t item) { return job->items - 1 - item; }
 
-static void elementwise_last_item(void *context, size_t item) {
-    const elementwise_job *job = context;
+static void elementwise_last_item(const elementwise_job *job, size_t item) {
     item = reversed(job, item);
     const size_t first = item * job->chunk;
     const size_t count = job->walk->count - first < job->chunk ? job->walk->count - first : job->chunk;
@@ -241,9 +239,12 @@ static void elementwise_last_item(void *context, size_t item) {
     elementwise_call(job, first, 1, 0, count, &table, 0);
 }
 
+static void elementwise_last_items(void *context, size_t first, size_t end) {
+    for (size_t item = first; item < end; ++item) elementwise_last_item(context, item);
+}
+
 /* Runs in memory order; the runs of one batch are consecutive channels, so one call takes them. */
-static void elementwise_first_item(void *context, size_t item) {
-    const elementwise_job *job = context;
+static void elementwise_first_item(const elementwise_job *job, size_t item) {
     item = reversed(job, item);
     const fq_bn_shape *s = &job->walk->shape;
     const size_t runs = s->outer * s->channels, stride = 2 * FQ_BN_LANES;
@@ -256,6 +257,10 @@ static void elementwise_first_item(void *context, size_t item) {
         elementwise_call(job, run * s->inner, batch_runs, s->inner, s->inner, &table, 4 * stride);
         run += batch_runs;
     }
+}
+
+static void elementwise_first_items(void *context, size_t first, size_t end) {
+    for (size_t item = first; item < end; ++item) elementwise_first_item(context, item);
 }
 
 fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
@@ -283,7 +288,7 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
     const int threads = fq_runtime_threads_for(w->count, job.items);
     job.chunk = last ? per_item * period : per_item;
     fq_parallel_for(threads, job.items,
-                    last ? elementwise_last_item : elementwise_first_item, &job);
+                    last ? elementwise_last_items : elementwise_first_items, &job);
     free(tables);
     return FQ_OK;
 }

@@ -1,14 +1,29 @@
-/* A static parallel loop over independent work items, each thread running under flush-to-zero. */
+/* A parallel loop over independent work items on fqcore's own thread pool. */
 #ifndef FQ_PARALLEL_H
 #define FQ_PARALLEL_H
 
 #include <stddef.h>
 
-typedef void (*fq_item_fn)(void *context, size_t item);
+/* Runs items [first, end), in order. */
+typedef void (*fq_range_fn)(void *context, size_t first, size_t end);
 
-/* Runs body(context, i) for i in [0, items) on `threads` threads (OpenMP, static schedule), or in
-   order on the calling thread when threads == 1 or OpenMP is absent. Results must not depend on
-   which thread runs an item: items write disjoint outputs. */
-void fq_parallel_for(int threads, size_t items, fq_item_fn body, void *context);
+/* Runs the items [0, items) through body on up to `threads` threads: the calling thread and pool
+   workers claim runs of adjacent items, so results must not depend on which thread runs an item
+   (items write disjoint outputs). One body(context, 0, items) on the calling thread when
+   threads == 1, when no worker can be started, or while another call holds the pool. Workers run
+   under the floating-point environment of fq_fpenv_enter(). */
+void fq_parallel_for(int threads, size_t items, fq_range_fn body, void *context);
+
+/* Starts workers until `threads` threads (the caller included) can run a call; returns how many
+   can. When the system refuses threads that is fewer: with `all_or_none`, as many as before (the
+   workers just started retire). */
+int fq_parallel_reserve(int threads, int all_or_none);
+
+/* Workers started and not asleep: they take part in a call at no cost of waking them. */
+int fq_parallel_awake_workers(void);
+
+/* 1 while recent calls found their workers kept off their cores (other processes busy): calls
+   should stay on one thread. */
+int fq_parallel_backing_off(void);
 
 #endif

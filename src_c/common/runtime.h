@@ -9,4 +9,9 @@
    never more than fq_get_num_threads() nor more than `max_items` independent work items. */
 int fq_runtime_threads_for(size_t work, size_t max_items);
 
+/* Parallel calls split their work into items of about this many elements: enough items for the
+   threads to share the work however late a worker starts, each long enough to keep the hardware
+   prefetchers streaming. */
+#define FQ_ITEM_ELEMENTS ((size_t)32768)
+
 #endif

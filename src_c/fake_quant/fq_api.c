@@ -64,11 +64,12 @@ typedef struct {
     const fq_grid *grid;
 } elementwise_job;
 
-static void elementwise_item(void *context, size_t item) {
+/* Chunks [first, end) in one kernel call: one stream for the prefetchers. */
+static void elementwise_range(void *context, size_t first, size_t end) {
     const elementwise_job *job = context;
-    const size_t start = item * job->chunk;
-    if (start >= job->n) return;
-    const size_t len = job->n - start < job->chunk ? job->n - start : job->chunk;
+    const size_t start = first * job->chunk;
+    const size_t stop = end * job->chunk < job->n ? end * job->chunk : job->n;
+    const size_t len = stop - start;
     switch (job->op) {
     case FORWARD_MUL: job->k->forward_mul(job->x + start, job->out + start, len, job->grid); break;
     case FORWARD_DIV: job->k->forward_div(job->x + start, job->out + start, len, job->grid); break;
@@ -80,8 +81,8 @@ static void run_elementwise(elementwise_op op, const float *g, const float *x, f
                             const fq_grid *grid) {
     const int threads = fq_runtime_threads_for(n, ceil_div(n, FQ_CHUNK_ALIGN));
     elementwise_job job = {active_kernels(), op, g, x, out, n, n, grid};
-    if (threads > 1) job.chunk = ceil_div(ceil_div(n, (size_t)threads), FQ_CHUNK_ALIGN) * FQ_CHUNK_ALIGN;
-    fq_parallel_for(threads, ceil_div(n, job.chunk), elementwise_item, &job);
+    if (threads > 1) job.chunk = FQ_ITEM_ELEMENTS;
+    fq_parallel_for(threads, ceil_div(n, job.chunk), elementwise_range, &job);
 }
 
 static void fill_zero(float *out, size_t n) {
@@ -149,15 +150,17 @@ typedef struct {
     double *partials; /* [block][2]: min sum, max sum */
 } sums_job;
 
-static void sums_item(void *context, size_t block) {
+static void sums_blocks(void *context, size_t first, size_t end) {
     const sums_job *job = context;
-    const size_t start = block * FQ_SUM_BLOCK;
-    const size_t len = job->n - start < FQ_SUM_BLOCK ? job->n - start : FQ_SUM_BLOCK;
-    double lanes_min[FQ_SUM_LANES] = {0}, lanes_max[FQ_SUM_LANES] = {0};
-    job->k->mask_sums(job->g + start, job->x + start, job->dx + start, len, job->grid, lanes_min,
-                      lanes_max);
-    job->partials[2 * block] = reduce_lanes(lanes_min);
-    job->partials[2 * block + 1] = reduce_lanes(lanes_max);
+    for (size_t block = first; block < end; ++block) {
+        const size_t start = block * FQ_SUM_BLOCK;
+        const size_t len = job->n - start < FQ_SUM_BLOCK ? job->n - start : FQ_SUM_BLOCK;
+        double lanes_min[FQ_SUM_LANES] = {0}, lanes_max[FQ_SUM_LANES] = {0};
+        job->k->mask_sums(job->g + start, job->x + start, job->dx + start, len, job->grid,
+                          lanes_min, lanes_max);
+        job->partials[2 * block] = reduce_lanes(lanes_min);
+        job->partials[2 * block + 1] = reduce_lanes(lanes_max);
+    }
 }
 
 /* Block partials of up to 64 blocks (1M elements) live on the stack: no allocation per call. */
@@ -189,7 +192,7 @@ fq_status fq_f32_vars_grad(const float *g, const float *x, float *dx, size_t n, 
         }
     }
     sums_job job = {active_kernels(), g, x, dx, n, &grid, partials};
-    fq_parallel_for(fq_runtime_threads_for(n, blocks), blocks, sums_item, &job);
+    fq_parallel_for(fq_runtime_threads_for(n, blocks), blocks, sums_blocks, &job);
     double sum_min = 0.0, sum_max = 0.0;
     for (size_t b = 0; b < blocks; ++b) {
         sum_min += partials[2 * b];
@@ -326,26 +329,31 @@ static void channel_tile(const channel_job *job, size_t item, size_t *r0, size_t
     *p1 = period - *p0 < job->col_chunk ? period : *p0 + job->col_chunk;
 }
 
-static void channel_forward_item(void *context, size_t item) {
+static void channel_forward_tiles(void *context, size_t first, size_t end) {
     const channel_job *job = context;
-    size_t r0, rows, p0, p1;
-    channel_tile(job, item, &r0, &rows, &p0, &p1);
-    const size_t offset = r0 * job->table->period;
-    job->k->channel_forward(job->x + offset, job->out + offset, rows, job->table, p0, p1);
+    for (size_t item = first; item < end; ++item) {
+        size_t r0, rows, p0, p1;
+        channel_tile(job, item, &r0, &rows, &p0, &p1);
+        const size_t offset = r0 * job->table->period;
+        job->k->channel_forward(job->x + offset, job->out + offset, rows, job->table, p0, p1);
+    }
 }
 
-static void channel_grad_item(void *context, size_t item) {
+static void channel_grad_tiles(void *context, size_t first, size_t end) {
     const channel_job *job = context;
-    size_t r0, rows, p0, p1;
-    channel_tile(job, item, &r0, &rows, &p0, &p1);
-    const size_t offset = r0 * job->table->period, block = item / job->col_chunks;
-    double *acc = job->partials + block * 2 * job->acc_stride;
-    if (job->head > 0)
-        job->k->channel_mask_sums_aligned(job->g + offset, job->x + offset, job->out + offset, rows,
-                                          job->table, job->head, acc, acc + job->acc_stride);
-    else
-        job->k->channel_mask_sums(job->g + offset, job->x + offset, job->out + offset, rows,
-                                  job->table, p0, p1, acc, acc + job->acc_stride);
+    for (size_t item = first; item < end; ++item) {
+        size_t r0, rows, p0, p1;
+        channel_tile(job, item, &r0, &rows, &p0, &p1);
+        const size_t offset = r0 * job->table->period, block = item / job->col_chunks;
+        double *acc = job->partials + block * 2 * job->acc_stride;
+        if (job->head > 0)
+            job->k->channel_mask_sums_aligned(job->g + offset, job->x + offset, job->out + offset,
+                                              rows, job->table, job->head, acc,
+                                              acc + job->acc_stride);
+        else
+            job->k->channel_mask_sums(job->g + offset, job->x + offset, job->out + offset, rows,
+                                      job->table, p0, p1, acc, acc + job->acc_stride);
+    }
 }
 
 /* Splits `rows` whole periods into `row_items` row chunks; when that gives fewer items than
@@ -396,10 +404,11 @@ fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t c
         float *walk_out = out + head;
         const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
         channel_job job = {k, NULL, walk_x, walk_out, &s.table, 0, 0, 0, 0, NULL, 0, 0};
-        plan_channel_job(&job, period, rows, rows < (size_t)threads ? rows : (size_t)threads, threads);
+        const size_t row_items = threads > 1 ? ceil_div(n, FQ_ITEM_ELEMENTS) : 1;
+        plan_channel_job(&job, period, rows, rows < row_items ? rows : row_items, threads);
         if (rows > 0)
             fq_parallel_for(threads, ceil_div(rows, job.row_chunk) * job.col_chunks,
-                            channel_forward_item, &job);
+                            channel_forward_tiles, &job);
         if (rest > 0)
             k->channel_forward(walk_x + rows * period, walk_out + rows * period, 1, &s.table, 0, rest);
         if (s.any_zero_channel)
@@ -494,7 +503,7 @@ static fq_status channel_grad(const fq_fake_quant_kernels *k, const float *g, co
         return FQ_ERR_NO_MEMORY;
     }
     memset(job.partials, 0, partial_count * sizeof(double));
-    if (rows > 0) fq_parallel_for(threads, blocks * job.col_chunks, channel_grad_item, &job);
+    if (rows > 0) fq_parallel_for(threads, blocks * job.col_chunks, channel_grad_tiles, &job);
     /* The partial last period comes after every whole row, so it joins the last block. */
     double *last = job.partials + (blocks - 1) * 2 * acc_stride;
     if (rest > 0)

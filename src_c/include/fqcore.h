@@ -18,11 +18,12 @@ typedef enum {
     FQ_ERR_NO_MEMORY = 4,       /* a scratch allocation failed */
     FQ_ERR_ISA_UNAVAILABLE = 5, /* the requested ISA is not compiled in or not supported by this CPU */
     FQ_ERR_BAD_ISA = 6,         /* not a known fq_isa value or name */
-    FQ_ERR_BAD_THREADS = 7,     /* thread count below 1 */
+    FQ_ERR_BAD_THREADS = 7,     /* thread count outside FQ_THREADS_AUTO .. FQ_MAX_THREADS */
     FQ_ERR_BAD_SHAPE = 8,       /* per-channel: channels == 0 while the input is not empty; batch norm:
                                    a shape whose element count overflows size_t */
     FQ_ERR_BAD_DTYPE = 9,       /* not a known fq_dtype value */
-    FQ_ERR_BAD_LAYOUT = 10      /* not a known fq_bn_layout value */
+    FQ_ERR_BAD_LAYOUT = 10,     /* not a known fq_bn_layout value */
+    FQ_ERR_NO_THREADS = 11      /* the system refused to start the threads asked for */
 } fq_status;
 
 /* A static English description of a status code. */
@@ -52,11 +53,28 @@ fq_status fq_set_isa(fq_isa isa);
    they were absent or valid. The bindings turn a bad value into an error at import. */
 fq_status fq_init(void);
 
-/* Threads used by one call (OpenMP; 1 when built without it). Results never depend on this. */
+/* Threads of one call: the calling thread and workers of the library's own pool. Results never
+   depend on the count. FQ_THREADS_AUTO (the default; FQCORE_NUM_THREADS unset or "auto") lets
+   each call choose: one thread below 64K elements, else the CPUs this process may use that other
+   processes leave free, one thread while workers come late; only workers already awake join calls
+   below 256K elements. A fixed count (1 .. FQ_MAX_THREADS) is used by every call of 64K elements
+   and more; setting it starts its workers, and FQ_ERR_NO_THREADS leaves the previous setting when
+   the system refuses them. */
+#define FQ_THREADS_AUTO 0
+#define FQ_MAX_THREADS 1024
+/* The fixed count, or in auto mode the most a call may use (the usable CPUs). */
 int fq_get_num_threads(void);
+int fq_num_threads_is_auto(void);
 fq_status fq_set_num_threads(int num_threads);
-/* 1 when built with OpenMP. */
-int fq_has_openmp(void);
+/* CPUs this process may run on: its affinity mask, lowered to a cgroup CPU quota (Linux); the
+   online CPUs elsewhere. Read once. */
+int fq_usable_cpus(void);
+/* Cores of the affinity mask's CPUs that other processes kept busy over the last interval of at
+   least 100 ms: busy time in /proc/stat (steal included) less this process's CPU time; 0 before
+   the first interval and where it cannot be read (not Linux). */
+double fq_other_cpu_load(void);
+/* CPUs worth a thread now: the usable CPUs less those others keep at least half busy; >= 1. */
+int fq_free_cpus(void);
 
 /* --- Fake quantization (float32). n counts elements; arrays may alias only exactly (out == in). ---
    Semantics: shared spec of FakeQuantWithMinMaxArgs/Vars/VarsPerChannel and their gradients in

@@ -153,25 +153,27 @@ typedef struct {
     const acc_sets *sets;
 } flat_job;
 
-static void flat_item(void *context, size_t item) {
+static void flat_items(void *context, size_t first, size_t end) {
     const flat_job *job = context;
-    const size_t start = item * job->chunk;
-    const size_t len = job->n - start < job->chunk ? job->n - start : job->chunk;
-    const fq_range_acc acc = acc_set(job->sets, item);
-    acc_start(acc, 0, job->k->flat_block);
-    job->k->flat(job->x + start, len, acc);
+    for (size_t item = first; item < end; ++item) {
+        const size_t start = item * job->chunk;
+        const size_t len = job->n - start < job->chunk ? job->n - start : job->chunk;
+        const fq_range_acc acc = acc_set(job->sets, item);
+        acc_start(acc, 0, job->k->flat_block);
+        job->k->flat(job->x + start, len, acc);
+    }
 }
 
 static fq_status range_flat(const fq_range_kernels *k, const float *x, size_t n, size_t channels,
                             float *min, float *max) {
     const int threads = fq_runtime_threads_for(n, ceil_div(n, FQ_RANGE_FLAT_ALIGN));
-    const size_t chunk = ceil_div(ceil_div(n, (size_t)threads), FQ_RANGE_FLAT_ALIGN) * FQ_RANGE_FLAT_ALIGN;
+    const size_t chunk = threads > 1 ? FQ_ITEM_ELEMENTS : ceil_div(n, FQ_RANGE_FLAT_ALIGN) * FQ_RANGE_FLAT_ALIGN;
     const size_t items = ceil_div(n, chunk);
     acc_sets sets;
     const fq_status status = acc_sets_init(&sets, items, k->flat_block, NULL);
     if (status != FQ_OK) return status;
     flat_job job = {k, x, n, chunk, &sets};
-    fq_parallel_for(threads, items, flat_item, &job);
+    fq_parallel_for(threads, items, flat_items, &job);
     finish_channels(&sets, items, channels, min, max);
     free(sets.heap);
     return FQ_OK;
@@ -189,16 +191,18 @@ typedef struct {
     const acc_sets *sets;
 } rows_job;
 
-static void rows_item(void *context, size_t item) {
+static void rows_items(void *context, size_t first, size_t end) {
     const rows_job *job = context;
-    const size_t row_item = item / job->col_chunks, col_item = item % job->col_chunks;
-    const size_t r0 = row_item * job->row_chunk;
-    const size_t rows = job->rows - r0 < job->row_chunk ? job->rows - r0 : job->row_chunk;
-    const size_t p0 = col_item * job->col_chunk;
-    const size_t p1 = job->period - p0 < job->col_chunk ? job->period : p0 + job->col_chunk;
-    const fq_range_acc acc = acc_set(job->sets, row_item);
-    acc_start(acc, p0, p1);
-    job->k->rows(job->x + r0 * job->period, rows, job->period, p0, p1, acc);
+    for (size_t item = first; item < end; ++item) {
+        const size_t row_item = item / job->col_chunks, col_item = item % job->col_chunks;
+        const size_t r0 = row_item * job->row_chunk;
+        const size_t rows = job->rows - r0 < job->row_chunk ? job->rows - r0 : job->row_chunk;
+        const size_t p0 = col_item * job->col_chunk;
+        const size_t p1 = job->period - p0 < job->col_chunk ? job->period : p0 + job->col_chunk;
+        const fq_range_acc acc = acc_set(job->sets, row_item);
+        acc_start(acc, p0, p1);
+        job->k->rows(job->x + r0 * job->period, rows, job->period, p0, p1, acc);
+    }
 }
 
 static fq_status range_rows(const fq_range_kernels *k, const float *x, size_t n, size_t channels,
@@ -209,7 +213,8 @@ static fq_status range_rows(const fq_range_kernels *k, const float *x, size_t n,
     rows_job job = {k, x, period, rows, rows, period, 1, NULL};
     size_t row_items = 1;
     if (rows >= (size_t)threads) {
-        job.row_chunk = ceil_div(ceil_div(rows, (size_t)threads), FQ_RANGE_ROW_ALIGN) * FQ_RANGE_ROW_ALIGN;
+        const size_t items = threads > 1 ? ceil_div(n, FQ_ITEM_ELEMENTS) : 1;
+        job.row_chunk = ceil_div(ceil_div(rows, items), FQ_RANGE_ROW_ALIGN) * FQ_RANGE_ROW_ALIGN;
         row_items = ceil_div(rows, job.row_chunk);
     } else if (threads > 1 && period >= 2 * FQ_RANGE_FLAT_ALIGN) {
         /* Few rows: threads split the positions of one accumulator set instead. */
@@ -221,7 +226,7 @@ static fq_status range_rows(const fq_range_kernels *k, const float *x, size_t n,
     if (status != FQ_OK) return status;
     job.sets = &sets;
     if (rows > 0) {
-        fq_parallel_for(threads, row_items * job.col_chunks, rows_item, &job);
+        fq_parallel_for(threads, row_items * job.col_chunks, rows_items, &job);
     } else {
         acc_start(acc_set(&sets, 0), 0, period);
     }

@@ -587,7 +587,7 @@ static void test_errors(void) {
            "per_channel_grad empty, 0 channels");
 
     /* Run-time settings. */
-    expect(fq_set_num_threads(0) == FQ_ERR_BAD_THREADS, "threads 0");
+    expect(fq_set_num_threads(FQ_THREADS_AUTO) == FQ_OK && fq_num_threads_is_auto(), "threads auto");
     expect(fq_set_num_threads(-3) == FQ_ERR_BAD_THREADS, "threads -3");
     expect(fq_set_num_threads(1025) == FQ_ERR_BAD_THREADS, "threads 1025");
     expect(fq_set_num_threads(3) == FQ_OK && fq_get_num_threads() == 3, "threads 3 round trip");
