@@ -51,7 +51,7 @@ def build_zip(entries, flags=0):
     return bytes(out + central + end)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bomb(megabytes=255, descr="<f4"):
     """(crc, deflated bytes, size) of an .npy entry of `megabytes` MiB of zeros: about 255 KiB
     for 255 MiB, deflate's best ratio."""

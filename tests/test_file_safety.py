@@ -321,7 +321,7 @@ def test_unsafe_names_are_refused_when_loaded(tmp_path):
                                          r"an absolute path"):
         fqcore.load_quantizer(tmp_path / "q.json")
 
-    prefix, variables = checkpoint(tmp_path)
+    _, variables = checkpoint(tmp_path)
     plain = tmp_path / "plain.npz"
     replace_file(plain, build_zip(members(variables)[:1] + [
         stored("../x.npy", npy(npy_header_text((2,)), bytes(8)))]))
