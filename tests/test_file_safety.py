@@ -333,6 +333,13 @@ def test_unsafe_names_are_refused_when_loaded(tmp_path):
     (tmp_path / "g.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=r"g.json: op 0 \('../x'\): invalid operation name"):
         C.load_graph(tmp_path / "g.json")
+    G.write_graph_json(small_session()[0], tmp_path / "plain.json")
+    doc = json.loads((tmp_path / "plain.json").read_text())
+    doc["node"][0]["name"] = "a/../b"
+    with pytest.raises(ValueError, match=r"node 0 \('a/../b'\) field 'name': must be a string of "
+                                         r"letters, .* no component \(between slashes\) that is "
+                                         r"'.' or '..'"):
+        G.graph_from_json(json.dumps(doc))
 
 
 # -- interrupted saves ----------------------------------------------------------------------
