@@ -1,7 +1,11 @@
 """Builds fqcore._kernels: the C kernels (each ISA file with its own flags) and the Cython wrapper."""
 import glob
+import json
+import logging
 import os
+import shlex
 import shutil
+import subprocess
 import tempfile
 
 import numpy
@@ -9,19 +13,26 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import PlatformError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = "src_c"
 
-# Our own C is held to warnings-as-errors and strict float semantics: no FMA contraction, so the
-# scalar reference and every SIMD path round identically.
-OWN_C_FLAGS = ["-std=gnu11", "-O3", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
+# Flags fqcore insists on for its own C. They come after the user's CFLAGS on each compile line, so
+# they win: -ffp-contract=off (no FMA contraction) and -fno-fast-math (IEEE NaN, inf and -0.0, no
+# reassociation) make the scalar reference and every SIMD path round identically, TF's way;
+# -fno-strict-aliasing because the kernels read buffers through pointers of other types (float16 and
+# bfloat16 data as uint16_t); -std=gnu11 is the dialect of src_c, held to warnings as errors.
+OWN_C_FLAGS = ["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fno-fast-math", "-ffp-contract=off",
                "-fno-strict-aliasing"]
+# The optimization level is the user's when their CFLAGS choose one (-O0 -g to debug, -O1 under
+# sanitizers); results do not depend on it.
+DEFAULT_OPTIMIZATION = "-O3"
 
 X86_AVX2 = ["-mavx2", "-mfma", "-mf16c"]
 X86_AVX512 = X86_AVX2 + ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl"]
 
-# Sources built for every ISA, then per-ISA kernel files with (probe source, flags).
+# Sources built for every ISA, then each ISA's kernel files.
 COMMON_SOURCES = [
     "dispatch.c",
     "common/fpenv.c",
@@ -41,67 +52,145 @@ ISA_SOURCES = {
     "AVX512": ["fake_quant/fq_avx512.c", "batch_norm/bn_avx512.c", "range/range_avx512.c"],
     "NEON": ["fake_quant/fq_neon.c", "batch_norm/bn_neon.c", "range/range_neon.c"],
 }
+# Per ISA: the target its kernel files are for, a probe using their intrinsics, their flags.
 PROBES = {
-    "AVX2": ("#include <immintrin.h>\nint main(void){__m256 a=_mm256_set1_ps(1.f);"
-             "a=_mm256_fmadd_ps(a,a,a);return (int)_mm256_cvtss_f32(a);}\n", X86_AVX2),
-    "AVX512": ("#include <immintrin.h>\nint main(void){__m512 a=_mm512_set1_ps(1.f);"
-               "__mmask16 m=_mm512_fpclass_ps_mask(a,0x99);"
-               "a=_mm512_roundscale_ps(a,1);return (int)m+(int)_mm512_reduce_add_ps(a);}\n",
-               X86_AVX512),
-    "NEON": ("#include <arm_neon.h>\n#ifndef __aarch64__\n#error aarch64 only\n#endif\n"
-             "int main(void){float32x4_t a=vdupq_n_f32(1.f);a=vrndmq_f32(a);"
-             "return (int)vgetq_lane_f32(a,0);}\n", []),
+    "AVX2": ("x86-64", "#include <immintrin.h>\nint fq_probe(void){__m256 a=_mm256_set1_ps(1.f);"
+                       "a=_mm256_fmadd_ps(a,a,a);return (int)_mm256_cvtss_f32(a);}\n", X86_AVX2),
+    "AVX512": ("x86-64", "#include <immintrin.h>\nint fq_probe(void){__m512 a=_mm512_set1_ps(1.f);"
+                         "__mmask16 m=_mm512_fpclass_ps_mask(a,0x99);a=_mm512_roundscale_ps(a,1);"
+                         "return (int)m+(int)_mm512_reduce_add_ps(a);}\n", X86_AVX512),
+    "NEON": ("aarch64", "#include <arm_neon.h>\nint fq_probe(void){float32x4_t a=vdupq_n_f32(1.f);"
+                        "a=vrndmq_f32(a);return (int)vgetq_lane_f32(a,0);}\n", []),
 }
+# Checked before an ISA's own probe, so that the reason for leaving it out reads plainly.
+TARGET_MACROS = {"x86-64": "__x86_64__", "aarch64": "__aarch64__"}
+CYTHON_OUTPUT = os.path.join("fqcore", "_kernels.c")
 
 
-def _compiles(compiler, source, flags, link_flags=()):
-    """True when `source` compiles (and links) with `flags`: decides what this build can target."""
+def _first_error(output):
+    """The first error the compiler or linker printed, without the temporary file's name."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    line = next((line for line in lines if "error" in line.lower()),
+                lines[0] if lines else "failed without a message")
+    message = line.split("error: ", 1)[-1]
+    return message[len("#error "):] if message.startswith("#error ") else message
+
+
+def _probe(compiler, source, compile_flags, link_flags=None):
+    """None when `source` builds as the extension's files do, else the first error.
+
+    It is compiled by the extension's compiler command (CC, CFLAGS) with `compile_flags` and, unless
+    `link_flags` is None, linked into a shared object by the extension's linker command (LDSHARED,
+    LDFLAGS). Not as an executable: setuptools links those with the bare CC, without CFLAGS or
+    LDFLAGS, so with CFLAGS=-fsanitize=address the sanitizer's runtime was missing and every ISA
+    was left out without a word."""
     tmp = tempfile.mkdtemp(prefix="fqcore-probe-")
     try:
-        path = os.path.join(tmp, "probe.c")
-        with open(path, "w") as f:
+        src, obj, lib = (os.path.join(tmp, name) for name in ("probe.c", "probe.o", "probe.so"))
+        with open(src, "w") as f:
             f.write(source)
-        objects = compiler.compile([path], output_dir=tmp, extra_postargs=list(flags))
-        compiler.link_executable(objects, os.path.join(tmp, "probe"), output_dir=tmp,
-                                 extra_postargs=list(link_flags))
-        return True
-    except Exception:  # any compiler or linker failure means "not available"
-        return False
+        commands = [compiler.compiler_so + ["-c", src, "-o", obj] + list(compile_flags)]
+        if link_flags is not None:
+            commands.append(compiler.linker_so + [obj, "-o", lib] + list(link_flags))
+        for command in commands:
+            result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, errors="replace")
+            if result.returncode != 0:
+                return _first_error(result.stdout)
+        return None
+    except OSError as error:  # no such compiler
+        return str(error)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _why_not_built(compiler, isa, compile_flags, link_flags):
+    """None when this build can have `isa`'s kernel files, else why not."""
+    if os.environ.get("FQCORE_DISABLE_" + isa) == "1":
+        return f"FQCORE_DISABLE_{isa}=1"
+    target, probe, isa_flags = PROBES[isa]
+    check = (f"#ifndef {TARGET_MACROS[target]}\n#error not an {target} target\n#endif\n"
+             "int fq_probe;\n")
+    return (_probe(compiler, check, compile_flags)
+            or _probe(compiler, probe, list(compile_flags) + isa_flags, link_flags))
+
+
+def _own_c_flags():
+    """The flags our C files get after the user's: the optimization level unless CFLAGS has one."""
+    chosen = any(flag.startswith("-O") for flag in shlex.split(os.environ.get("CFLAGS", "")))
+    return ([] if chosen else [DEFAULT_OPTIMIZATION]) + OWN_C_FLAGS
+
+
+def _required_isas():
+    """FQCORE_REQUIRE_ISA=avx2,avx512 (for packagers): ISAs whose absence must fail the build."""
+    value = os.environ.get("FQCORE_REQUIRE_ISA", "")
+    names = [name.strip().lower() for name in value.split(",") if name.strip()]
+    known = ["scalar"] + [isa.lower() for isa in PROBES]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise PlatformError(f"FQCORE_REQUIRE_ISA={value!r} names {', '.join(unknown)}; "
+                            f"known ISAs: {', '.join(known)}")
+    return [name for name in names if name != "scalar"]
+
+
+def _c_string(text):
+    """`text` as a C string literal, for a -D argument (no shell in between)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 class BuildWithIsaFlags(build_ext):
-    """Adds each ISA file only when the compiler can build it, with flags for that file alone."""
+    """Adds each ISA file only when the compiler can build it, with flags for that file alone, and
+    compiles into the extension what it built with, what it left out and why (show_config)."""
 
     def build_extensions(self):
         compiler = self.compiler
-        isa_flags = {}
-        for isa, (probe, flags) in PROBES.items():
-            if os.environ.get("FQCORE_DISABLE_" + isa) != "1" and _compiles(compiler, probe, flags):
-                isa_flags[isa] = flags
-        per_file = {}
-        for ext in self.extensions:
-            for isa, flags in isa_flags.items():
-                for rel in ISA_SOURCES[isa]:
-                    path = os.path.join(SRC, rel)
-                    ext.sources.append(path)
-                    per_file[os.path.normpath(path)] = flags
-                ext.define_macros.append(("FQ_BUILD_" + isa, "1"))
-            # The thread pool is POSIX threads (src_c/common/parallel.c).
-            ext.extra_compile_args.append("-pthread")
-            ext.extra_link_args.append("-pthread")
-        self.announce("fqcore: ISA kernels built: scalar %s"
-                      % " ".join(i.lower() for i in isa_flags), level=3)
+        required = _required_isas()
+        (ext,) = self.extensions  # fqcore._kernels
+        # The thread pool is POSIX threads (src_c/common/parallel.c).
+        ext.extra_compile_args.append("-pthread")
+        ext.extra_link_args.append("-pthread")
+        own_flags = _own_c_flags()
+        kernel_flags = ext.extra_compile_args + own_flags
+
+        not_built, per_file = {}, {}
+        for isa, (_, _, flags) in PROBES.items():
+            reason = _why_not_built(compiler, isa, kernel_flags, ext.extra_link_args)
+            if reason:
+                not_built[isa.lower()] = reason
+                continue
+            for rel in ISA_SOURCES[isa]:
+                path = os.path.join(SRC, rel)
+                ext.sources.append(path)
+                per_file[os.path.normpath(path)] = flags
+            ext.define_macros.append(("FQ_BUILD_" + isa, "1"))
+
+        info = {"isas_not_built": not_built, "compiler": shlex.join(compiler.compiler_so),
+                "kernel_flags": shlex.join(kernel_flags),
+                "linker": shlex.join(compiler.linker_so + ext.extra_link_args)}
+        built = ["scalar"] + [isa.lower() for isa in PROBES if isa.lower() not in not_built]
+        # At warning level, so that setup.py prints it at every verbosity. pip shows a build's
+        # output only with -v, or when the build fails (as it does for FQCORE_REQUIRE_ISA).
+        left_out = "; ".join(f"{isa} ({why})" for isa, why in not_built.items()) or "none"
+        self.announce(f"fqcore: kernels for {' '.join(built)}; not built: {left_out}\n"
+                      f"fqcore: compiler: {info['compiler']}\n"
+                      f"fqcore: kernel flags: {info['kernel_flags']}", level=logging.WARNING)
+        missing = [isa for isa in required if isa in not_built]
+        if missing:
+            raise PlatformError("FQCORE_REQUIRE_ISA=%s, but %s" % (
+                os.environ["FQCORE_REQUIRE_ISA"],
+                "; ".join(f"{isa} was not built: {not_built[isa]}" for isa in missing)))
 
         original_compile = compiler._compile
 
-        def compile_one(obj, src, ext, cc_args, extra_postargs, pp_opts):
+        def compile_one(obj, src, src_ext, cc_args, extra_postargs, pp_opts):
             rel = os.path.normpath(os.path.relpath(src, HERE)) if os.path.isabs(src) else os.path.normpath(src)
             flags = list(extra_postargs)
             if rel.startswith(SRC + os.sep):
-                flags += OWN_C_FLAGS + per_file.get(rel, [])
-            return original_compile(obj, src, ext, cc_args, flags, pp_opts)
+                flags += own_flags + per_file.get(rel, [])
+            elif rel == CYTHON_OUTPUT:
+                # Read by _kernels.pyx: a string in the binary cannot disagree with it.
+                flags.append("-DFQ_BUILD_INFO=" + _c_string(json.dumps(info)))
+            return original_compile(obj, src, src_ext, cc_args, flags, pp_opts)
 
         compiler._compile = compile_one
         super().build_extensions()
