@@ -16,7 +16,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-from machine import cpu_model  # noqa: E402
+from machine import busy_processes, cpu_model  # noqa: E402
 
 
 def train_seconds(epochs, threads):
@@ -41,16 +41,8 @@ def main(argv=None):
                         help="FQCORE_NUM_THREADS for the demo (default: unset, i.e. auto)")
     args = parser.parse_args(argv)
     quiet = train_seconds(args.epochs, args.threads)
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                for _ in range(args.busy)]
-    try:
-        time.sleep(1.0)
-        load = os.getloadavg()[0]
+    with busy_processes(args.busy) as load:
         busy = train_seconds(args.epochs, args.threads)
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
     print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; threads: "
           f"{args.threads or 'default (auto)'}; {args.epochs} epochs")
     print(f"quiet: {quiet:.1f} s; with {args.busy} busy processes (load {load:.1f}): "

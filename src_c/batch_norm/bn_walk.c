@@ -228,11 +228,9 @@ static void elementwise_call(const elementwise_job *job, size_t first, size_t ru
 }
 
 /* Items go from the last to the first: the sums pass before this one read the data forwards, so
-   its end is what the caches still hold (with arrays beyond L3, the gradient's x and dy). */
-static size_t reversed(const elementwise_job *job, size_t item) { return job->items - 1 - item; }
-
+   its end is what the caches still hold (with arrays beyond L3, the gradient's x and dy); on
+   several threads, each thread's share of it (fq_parallel_for_backward). */
 static void elementwise_last_item(const elementwise_job *job, size_t item) {
-    item = reversed(job, item);
     const size_t first = item * job->chunk;
     const size_t count = job->walk->count - first < job->chunk ? job->walk->count - first : job->chunk;
     const fq_bn_table table = table_at(job->tables, job->period + FQ_BN_LANES, 0);
@@ -240,12 +238,11 @@ static void elementwise_last_item(const elementwise_job *job, size_t item) {
 }
 
 static void elementwise_last_items(void *context, size_t first, size_t end) {
-    for (size_t item = first; item < end; ++item) elementwise_last_item(context, item);
+    for (size_t item = end; item > first; --item) elementwise_last_item(context, item - 1);
 }
 
 /* Runs in memory order; the runs of one batch are consecutive channels, so one call takes them. */
 static void elementwise_first_item(const elementwise_job *job, size_t item) {
-    item = reversed(job, item);
     const fq_bn_shape *s = &job->walk->shape;
     const size_t runs = s->outer * s->channels, stride = 2 * FQ_BN_LANES;
     const size_t end = (item + 1) * job->chunk < runs ? (item + 1) * job->chunk : runs;
@@ -260,7 +257,7 @@ static void elementwise_first_item(const elementwise_job *job, size_t item) {
 }
 
 static void elementwise_first_items(void *context, size_t first, size_t end) {
-    for (size_t item = first; item < end; ++item) elementwise_first_item(context, item);
+    for (size_t item = end; item > first; --item) elementwise_first_item(context, item - 1);
 }
 
 fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
@@ -287,8 +284,8 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
     job.items = ceil_div(units, per_item);
     const int threads = fq_runtime_threads_for(w->count, job.items);
     job.chunk = last ? per_item * period : per_item;
-    fq_parallel_for(threads, job.items,
-                    last ? elementwise_last_items : elementwise_first_items, &job);
+    fq_parallel_for_backward(threads, job.items,
+                             last ? elementwise_last_items : elementwise_first_items, &job);
     free(tables);
     return FQ_OK;
 }

@@ -1,7 +1,9 @@
-/* fqcore's own thread pool behind fq_parallel_for. Threads claim runs of items from one shared
-   counter, so the calling thread never waits for a worker that has not started: it runs whatever
-   nobody took, and waits only for items a worker is running. Calls back off to one thread while
-   workers come late (other processes keep them off their cores).
+/* fqcore's own thread pool behind fq_parallel_for. Each thread of a call has a home range of the
+   items and takes runs from its front; a thread whose range is empty steals runs from the back of
+   the others'. So the calling thread never waits for a worker that has not started (it steals
+   that worker's whole range), and waits only for items a worker is running; and calls on the
+   same data give each thread the same home (the data stays in its core's cache). Calls back off
+   to one thread while workers come late (other processes keep them off their cores).
 
    Why not OpenMP: an OpenMP region ends in a barrier that waits for every thread of the team, so
    one worker kept off its core by another process stalls the call for a scheduler time slice (one
@@ -13,6 +15,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "../include/fqcore.h"
 #include "fpenv.h"
 #include "parallel.h"
 
@@ -25,10 +28,15 @@
 #define FQ_CPU_RELAX() ((void)0)
 #endif
 
-/* A worker that finished its part of a call looks for the next call this long before it sleeps:
-   back-to-back calls find it awake, while a gap (a BLAS call, Python code) finds it asleep rather
-   than spinning against the BLAS threads or other processes. */
-#define FQ_WORKER_SPIN_NS 20000
+/* A worker that finished its part of a call looks for the next call for twice the recent gaps
+   between calls (their decaying maximum; gaps too long to spin for left out), within these
+   bounds, before it sleeps: calls that come in a loop find it awake (waking a sleeping worker
+   costs ~30 us on a 2-core KVM guest, a tenth of a 1M-element call), while after a longer gap (a
+   BLAS call, other Python code) it sleeps instead of spinning against BLAS threads or other
+   processes. A maximum, because the gaps alternate: short between the passes of a batch norm,
+   longer between two batch norms. */
+#define FQ_WORKER_SPIN_MIN_NS 20000
+#define FQ_WORKER_SPIN_MAX_NS 250000
 /* The caller waits this long for the items workers hold before it sleeps until they finish. */
 #define FQ_CALLER_SPIN_NS 20000
 /* A call is late when its caller waited, after running out of items, longer than this and longer
@@ -39,6 +47,7 @@
    little, and a machine that stays busy is probed less and less often. */
 #define FQ_BACKOFF_FACTOR 4
 #define FQ_BACKOFF_MAX_NS 1000000000LL
+#define FQ_MAX_WORKERS (FQ_MAX_THREADS - 1)
 /* Workers need little stack (kernels keep a few vectors), and small stacks let many threads fit
    an address-space limit. */
 #define FQ_WORKER_STACK ((size_t)256 << 10)
@@ -49,20 +58,30 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-/* `claim` packs the call's generation (high 32 bits) with the items not yet claimed (low 32
-   bits): a worker claims by compare-and-swap, so one that wakes after its call has ended can never
-   take an item of the next. The call's fields are written before its generation is published and
-   read only after a successful claim (the call cannot end before that claim's items are done). */
+/* One thread's range of a call's items: first (low 32 bits) and end (high 32 bits), taken by its
+   owner from the front (from the back in a backward call) and by thieves from the other end, each
+   by compare-and-swap. On its own line, so that threads taking from their own ranges do not
+   contend. */
+typedef struct {
+    _Alignas(64) uint64_t span;
+} home_range;
+
+/* A call publishes its fields, then the ranges, then a new generation, which wakes the workers.
+   A thread reads the call's fields only after it has taken items from a range (acquire), and the
+   call cannot end before those items are done: so a worker that wakes late, after its call ended,
+   either finds every range empty or takes items of the call running then, which it runs as such. */
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t wake;     /* sleeping workers wait for a new generation */
-    pthread_cond_t finished; /* a sleeping caller waits for the last item, a reservation that
-                                failed for its workers to retire */
-    uint64_t claim;
+    pthread_cond_t finished; /* a sleeping caller waits for the last item */
+    pthread_mutex_t reserving; /* one reservation at a time (it joins workers unlocked) */
+    uint32_t generation;
+    home_range range[FQ_MAX_THREADS];
     fq_range_fn body;
     void *context;
     uint32_t items;
     int threads;             /* the caller and workers 1 .. threads - 1 take part */
+    int backward;            /* owners walk their ranges from the back */
     uint32_t done;           /* items finished */
     uint32_t by_workers;     /* items workers ran */
     int sleepers;
@@ -71,40 +90,60 @@ static struct {
     int workers;             /* started so far */
     int refused;             /* the system refused a worker: calls stop asking for more */
     int keep;                /* workers with a higher index retire */
+    pthread_t thread[FQ_MAX_WORKERS]; /* worker i is thread[i - 1] */
     int64_t backoff_until;
+    int64_t last_end;        /* when the last call ended */
+    int64_t recent_gap;      /* decaying maximum of the gaps between calls */
+    int64_t spin_ns;         /* how long an idle worker looks for the next call */
     int backoff_doublings;   /* late calls in a row */
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER,
           .wake = PTHREAD_COND_INITIALIZER,
           .finished = PTHREAD_COND_INITIALIZER,
+          .reserving = PTHREAD_MUTEX_INITIALIZER,
           .keep = INT_MAX};
 
-static uint32_t generation_of(uint64_t claim) { return (uint32_t)(claim >> 32); }
+static uint64_t span_of(uint32_t first, uint32_t end) { return (uint64_t)end << 32 | first; }
 
-/* Claims and runs items of `generation` until none are left. A claim takes a share of what is
-   left (at least one item): long runs of adjacent items while much is left, which keeps the
-   hardware prefetchers on one stream, and single items at the end, which balance the threads. */
-static void run_items(uint32_t generation, int worker) {
-    uint64_t claim = __atomic_load_n(&pool.claim, __ATOMIC_ACQUIRE);
+/* Takes half of what is left of range `slot` (at least one item): from the owner's end for its
+   owner, which keeps the owner's walk in one direction through memory, from the other end for a
+   thief. 0 when it was empty. */
+static uint32_t take(int slot, int from_front, uint32_t *first) {
+    uint64_t span = __atomic_load_n(&pool.range[slot].span, __ATOMIC_ACQUIRE);
     for (;;) {
-        const uint32_t left = (uint32_t)claim;
-        if (generation_of(claim) != generation || left == 0) return;
-        const int threads = __atomic_load_n(&pool.threads, __ATOMIC_RELAXED);
-        uint32_t take = left / (uint32_t)(2 * threads);
-        if (take < 1) take = 1;
-        if (!__atomic_compare_exchange_n(&pool.claim, &claim, claim - take, 1, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE))
+        const uint32_t lo = (uint32_t)span, hi = (uint32_t)(span >> 32);
+        if (lo >= hi) return 0;
+        const uint32_t count = (hi - lo + 1) / 2;
+        const uint64_t rest = from_front ? span_of(lo + count, hi) : span_of(lo, hi - count);
+        if (__atomic_compare_exchange_n(&pool.range[slot].span, &span, rest, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            *first = from_front ? lo : hi - count;
+            return count;
+        }
+    }
+}
+
+/* Runs items of the current call: from the home range `slot`, then stolen from the others (the
+   next slots first), until every range is empty. */
+static void run_items(int slot, int worker) {
+    const int threads = __atomic_load_n(&pool.threads, __ATOMIC_ACQUIRE);
+    const int backward = __atomic_load_n(&pool.backward, __ATOMIC_ACQUIRE);
+    for (int k = 0; k < threads;) {
+        const int victim = (slot + k) % threads;
+        uint32_t first, count = take(victim, (k == 0) != backward, &first);
+        if (count == 0) {
+            ++k;
             continue;
+        }
         /* Read before the items are counted done: from then on the caller may start a call. */
-        const uint32_t items = pool.items, first = items - left;
-        pool.body(pool.context, first, first + take);
-        if (worker) __atomic_add_fetch(&pool.by_workers, take, __ATOMIC_RELAXED);
-        if (__atomic_add_fetch(&pool.done, take, __ATOMIC_SEQ_CST) == items &&
+        const uint32_t items = pool.items;
+        pool.body(pool.context, first, first + count);
+        if (worker) __atomic_add_fetch(&pool.by_workers, count, __ATOMIC_RELAXED);
+        if (__atomic_add_fetch(&pool.done, count, __ATOMIC_SEQ_CST) == items &&
             __atomic_load_n(&pool.caller_waiting, __ATOMIC_SEQ_CST)) {
             pthread_mutex_lock(&pool.lock);
-            pthread_cond_broadcast(&pool.finished); /* a reservation may wait on it too */
+            pthread_cond_signal(&pool.finished);
             pthread_mutex_unlock(&pool.lock);
         }
-        claim = __atomic_load_n(&pool.claim, __ATOMIC_ACQUIRE);
     }
 }
 
@@ -114,9 +153,9 @@ static int retiring(int index) { return index > __atomic_load_n(&pool.keep, __AT
    is to retire. The sleeper count and the generation are both sequentially consistent: either the
    publisher sees this worker counted and wakes it, or this worker sees the new generation. */
 static uint32_t next_generation(uint32_t seen, int index) {
-    const int64_t give_up = now_ns() + FQ_WORKER_SPIN_NS;
+    const int64_t give_up = now_ns() + __atomic_load_n(&pool.spin_ns, __ATOMIC_RELAXED);
     for (unsigned spin = 1;; ++spin) {
-        const uint32_t generation = generation_of(__atomic_load_n(&pool.claim, __ATOMIC_ACQUIRE));
+        const uint32_t generation = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE);
         if (generation != seen || retiring(index)) return generation;
         FQ_CPU_RELAX();
         if (spin % 64 == 0 && now_ns() > give_up) break;
@@ -124,7 +163,7 @@ static uint32_t next_generation(uint32_t seen, int index) {
     pthread_mutex_lock(&pool.lock);
     __atomic_add_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
     uint32_t generation;
-    while ((generation = generation_of(__atomic_load_n(&pool.claim, __ATOMIC_SEQ_CST))) == seen &&
+    while ((generation = __atomic_load_n(&pool.generation, __ATOMIC_SEQ_CST)) == seen &&
            !retiring(index))
         pthread_cond_wait(&pool.wake, &pool.lock);
     __atomic_sub_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
@@ -134,29 +173,31 @@ static uint32_t next_generation(uint32_t seen, int index) {
 
 static void *worker_main(void *arg) {
     const int index = (int)(intptr_t)arg;
-    uint32_t seen = generation_of(__atomic_load_n(&pool.claim, __ATOMIC_ACQUIRE));
+    uint32_t seen = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE);
     for (;;) {
         seen = next_generation(seen, index);
-        if (retiring(index)) break;
+        if (retiring(index)) return NULL; /* joined by the reservation that retires it */
         if (index >= __atomic_load_n(&pool.threads, __ATOMIC_ACQUIRE)) continue;
         /* Workers start with the process's default MXCSR/FPCR; the kernels need the call's. */
         const fq_fpenv saved = fq_fpenv_enter();
-        run_items(seen, 1);
+        run_items(index, 1);
         fq_fpenv_leave(saved);
     }
-    pthread_mutex_lock(&pool.lock);
-    __atomic_sub_fetch(&pool.workers, 1, __ATOMIC_RELAXED);
-    pthread_cond_broadcast(&pool.finished);
-    pthread_mutex_unlock(&pool.lock);
-    return NULL;
 }
 
 /* A child process has none of the parent's workers, and the pool's lock and conditions may have
    been held or waited on by threads that do not exist there: it starts with an empty pool. The
    lock is held across fork() so the child's copy is consistent. */
-static void before_fork(void) { pthread_mutex_lock(&pool.lock); }
-static void after_fork_in_parent(void) { pthread_mutex_unlock(&pool.lock); }
+static void before_fork(void) {
+    pthread_mutex_lock(&pool.reserving);
+    pthread_mutex_lock(&pool.lock);
+}
+static void after_fork_in_parent(void) {
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.reserving);
+}
 static void after_fork_in_child(void) {
+    pthread_mutex_init(&pool.reserving, NULL);
     pthread_mutex_init(&pool.lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
     pthread_cond_init(&pool.finished, NULL);
@@ -174,14 +215,13 @@ static int start_workers(int count) {
     pthread_once(&fork_handlers_once, install_fork_handlers);
     pthread_attr_t attr;
     if (pthread_attr_init(&attr) != 0) return pool.workers;
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, FQ_WORKER_STACK);
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
     while (pool.workers < count) {
-        pthread_t thread;
-        if (pthread_create(&thread, &attr, worker_main, (void *)(intptr_t)(pool.workers + 1)) != 0) {
+        pthread_t *thread = &pool.thread[pool.workers];
+        if (pthread_create(thread, &attr, worker_main, (void *)(intptr_t)(pool.workers + 1)) != 0) {
             __atomic_store_n(&pool.refused, 1, __ATOMIC_RELAXED);
             break;
         }
@@ -193,20 +233,29 @@ static int start_workers(int count) {
 }
 
 int fq_parallel_reserve(int threads, int all_or_none) {
+    if (threads > FQ_MAX_WORKERS + 1) threads = FQ_MAX_WORKERS + 1;
+    pthread_mutex_lock(&pool.reserving);
     pthread_mutex_lock(&pool.lock);
     __atomic_store_n(&pool.refused, 0, __ATOMIC_RELAXED);
     const int before = pool.workers;
-    int workers = start_workers(threads - 1);
-    if (all_or_none && workers < threads - 1 && workers > before) {
+    const int started = start_workers(threads - 1);
+    pthread_mutex_unlock(&pool.lock);
+    int workers = started;
+    if (all_or_none && started < threads - 1 && started > before) {
         /* The workers started for a reservation that failed would hold address space for
-           nothing (their stacks): they retire, and the pool is as it was. */
+           nothing (their stacks): they retire and are joined, and the pool is as it was. */
         __atomic_store_n(&pool.keep, before, __ATOMIC_SEQ_CST);
+        pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
-        while (pool.workers > before) pthread_cond_wait(&pool.finished, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
+        for (int i = before; i < started; ++i) pthread_join(pool.thread[i], NULL);
+        pthread_mutex_lock(&pool.lock);
+        __atomic_store_n(&pool.workers, before, __ATOMIC_RELAXED);
         __atomic_store_n(&pool.keep, INT_MAX, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&pool.lock);
         workers = before;
     }
-    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.reserving);
     return workers + 1;
 }
 
@@ -251,7 +300,8 @@ static void wait_for_items(int64_t from) {
     }
 }
 
-void fq_parallel_for(int threads, size_t items, fq_range_fn body, void *context) {
+static void parallel_for(int threads, size_t items, fq_range_fn body, void *context,
+                         int backward) {
     int free = 0;
     if (threads < 2 || items < 2 || items > UINT32_MAX ||
         !__atomic_compare_exchange_n(&pool.busy, &free, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
@@ -268,22 +318,41 @@ void fq_parallel_for(int threads, size_t items, fq_range_fn body, void *context)
         return;
     }
     const int64_t start = now_ns();
+    const int64_t gap = start - pool.last_end;
+    pool.recent_gap -= pool.recent_gap / 8;
+    if (gap > pool.recent_gap && 2 * gap <= FQ_WORKER_SPIN_MAX_NS) pool.recent_gap = gap;
+    const int64_t spin = 2 * pool.recent_gap;
+    __atomic_store_n(&pool.spin_ns, spin < FQ_WORKER_SPIN_MIN_NS ? FQ_WORKER_SPIN_MIN_NS : spin,
+                     __ATOMIC_RELAXED);
     pool.body = body;
     pool.context = context;
     pool.items = (uint32_t)items;
     pool.done = 0;
     pool.by_workers = 0;
+    __atomic_store_n(&pool.backward, backward, __ATOMIC_RELEASE);
     __atomic_store_n(&pool.threads, threads, __ATOMIC_RELEASE);
-    const uint32_t generation = generation_of(__atomic_load_n(&pool.claim, __ATOMIC_RELAXED)) + 1;
-    __atomic_store_n(&pool.claim, ((uint64_t)generation << 32) | (uint32_t)items, __ATOMIC_SEQ_CST);
+    for (int slot = 0; slot < threads; ++slot)
+        __atomic_store_n(&pool.range[slot].span,
+                         span_of((uint32_t)(items * slot / threads),
+                                 (uint32_t)(items * (slot + 1) / threads)), __ATOMIC_RELEASE);
+    __atomic_add_fetch(&pool.generation, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    run_items(generation, 0);
+    run_items(0, 0);
     const int64_t own_end = now_ns();
     wait_for_items(own_end);
-    record(start, own_end, now_ns(), __atomic_load_n(&pool.by_workers, __ATOMIC_RELAXED));
+    pool.last_end = now_ns();
+    record(start, own_end, pool.last_end, __atomic_load_n(&pool.by_workers, __ATOMIC_RELAXED));
     __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
+}
+
+void fq_parallel_for(int threads, size_t items, fq_range_fn body, void *context) {
+    parallel_for(threads, items, body, context, 0);
+}
+
+void fq_parallel_for_backward(int threads, size_t items, fq_range_fn body, void *context) {
+    parallel_for(threads, items, body, context, 1);
 }

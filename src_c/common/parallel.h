@@ -14,6 +14,11 @@ typedef void (*fq_range_fn)(void *context, size_t first, size_t end);
    under the floating-point environment of fq_fpenv_enter(). */
 void fq_parallel_for(int threads, size_t items, fq_range_fn body, void *context);
 
+/* The same for a pass whose items the caller wants walked from the last to the first (body walks
+   each range it gets backwards): each thread takes its own items from their last, so a pass that
+   follows a forward one starts on the data that pass left in the thread's cache. */
+void fq_parallel_for_backward(int threads, size_t items, fq_range_fn body, void *context);
+
 /* Starts workers until `threads` threads (the caller included) can run a call; returns how many
    can. When the system refuses threads that is fewer: with `all_or_none`, as many as before (the
    workers just started retire). */
