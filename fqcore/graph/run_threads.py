@@ -3,9 +3,9 @@ kernels. BLAS runs on as many CPUs as other processes leave free ("auto", the de
 own estimate, fqcore.free_cpus(), re-estimated as runs go): its threads spin and wait for each
 other, so a thread that shares its core with another process stalls the whole call (on 2 cores
 with two busy processes, the demo's step took 689 ms with 2 BLAS threads, 33 ms with 1); on a
-quiet machine the extra threads pay for larger layers. $FQCORE_NUM_THREADS, fqcore's own thread count, fixes the BLAS count too when the
-user sets it. fqcore's kernels run on 1 thread inside a run by default, so that the two pools
-never spin against each other."""
+quiet machine the extra threads pay for larger layers. A number in $FQCORE_NUM_THREADS, fqcore's
+own thread setting, fixes the BLAS count too. fqcore's kernels run on 1 thread inside a run by
+default (Session's kernel_threads)."""
 import contextlib
 import os
 

@@ -23,10 +23,11 @@ class Session:
     threads: threads for numpy's BLAS during a run: a positive int, or "auto" (as many as the
     cores other processes leave free, re-estimated as runs go); None takes $FQCORE_NUM_THREADS
     when set, else "auto". BLAS keeps the count after the run.
-    kernel_threads: threads for fqcore's kernels during a run (None: fqcore's setting), put back
-    after it. It is 1 by default because BLAS runs the convolutions with its own spinning thread
-    pool: two pools spinning on the same cores stall each other (the demo's step went from 119 ms
-    to 28 ms on 2 cores). Results never depend on either count (fqcore/graph/run_threads.py)."""
+    kernel_threads: threads for fqcore's kernels during a run (None: fqcore's setting, by default
+    "auto"), put back after it. It is 1 by default: BLAS gets the cores for the convolutions, and
+    a model's layers are mostly below the size where a kernel call takes a second thread (the
+    demo's and the MobileNet-v2 benchmark's steps measured the same with None). Results never
+    depend on either count (fqcore/graph/run_threads.py)."""
 
     def __init__(self, graph=None, kernel_threads=1, threads=None):
         from .core import Graph, get_default_graph
