@@ -11,24 +11,14 @@ import fqcore
 import fqcore.graph as G
 from fqcore.graph import checkpoint as C
 
-from archive_helpers import build_zip, members, npy, stored
+from archive_helpers import members
+from file_mutations import (JSON_MUTATIONS, ZIP_MUTATIONS, random_npy_header,
+                            without_timestamps)
 
 CASES_PER_KIND = 200
 MAX_PEAK = 32 << 20
 # numpy's header parser warns about the odd text it is fed here (escapes, Python 2 headers).
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
-# (signature, {field offset: field width}) of the zip records whose fields the mutator edits.
-ZIP_FIELDS = [
-    (b"PK\x03\x04", {4: 2, 6: 2, 8: 2, 14: 4, 18: 4, 22: 4, 26: 2, 28: 2}),
-    (b"PK\x01\x02", {8: 2, 10: 2, 16: 4, 20: 4, 24: 4, 28: 2, 30: 2, 32: 2, 34: 2, 42: 4}),
-    (b"PK\x05\x06", {4: 2, 6: 2, 8: 2, 10: 2, 12: 4, 16: 4, 20: 2}),
-    (b"PK\x06\x06", {24: 8, 32: 8, 40: 8, 48: 8}),
-]
-HEADER_TOKENS = ["{", "}", "(", ")", "[", "]", ",", ":", "'descr'", "'shape'", "'fortran_order'",
-                 "True", "False", "None", "'<f4'", "'|O'", "'<U3'", "'>f8'", "'V8'", "3L", "-1",
-                 "0", "10**9", "1e9", "2**64", "'a'", "b'x'", "[('a', '<f4')]", "('<f4', (2,))",
-                 "('<f4', (10**9, 10**9))", "lambda", "\\", "#", "\n", "'", '"', "{}", "..."]
-GOOD_HEADER = "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }"
 
 
 @pytest.fixture(scope="module")
@@ -52,73 +42,6 @@ def files(tmp_path_factory):
              "checkpoint graph": "ck.graph.json", "graph json": "g.json"}
     return {kind: (directory / name, without_timestamps((directory / name).read_bytes()))
             for kind, name in paths.items()}, g
-
-
-def without_timestamps(data):
-    """`data` with the zip records' modification times zeroed, so that every run mutates the
-    same bytes."""
-    data = bytearray(data)
-    for signature, at in ((b"PK\x03\x04", 10), (b"PK\x01\x02", 12)):
-        start = data.find(signature)
-        while start >= 0:
-            data[start + at:start + at + 4] = bytes(4)
-            start = data.find(signature, start + 1)
-    return bytes(data)
-
-
-def flip_bits(rng, data):
-    data = bytearray(data)
-    for _ in range(rng.randint(1, 8)):
-        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
-    return bytes(data)
-
-
-def truncate(rng, data):
-    return data[:rng.randrange(len(data))]
-
-
-def edit_zip_field(rng, data):
-    data = bytearray(data)
-    for _ in range(rng.randint(1, 3)):
-        signature, fields = rng.choice(ZIP_FIELDS)
-        places = [i for i in range(len(data)) if data.startswith(signature, i)]
-        if not places:
-            continue
-        offset, width = rng.choice(list(fields.items()))
-        at = rng.choice(places) + offset
-        old = int.from_bytes(data[at:at + width], "little")
-        new = rng.choice([0, 1, old + 1, old - 1, old * 1000, (1 << 8 * width) - 1,
-                          rng.randrange(1 << 8 * width)]) % (1 << 8 * width)
-        data[at:at + width] = new.to_bytes(width, "little")[:len(data) - at]
-    return bytes(data)
-
-
-def nest_deeply(rng, data):
-    """A JSON value nested thousands deep in place of some value of the document."""
-    text = data.decode("utf-8")
-    at = rng.choice([i for i, c in enumerate(text) if c in ":[,"]) + 1
-    depth = rng.choice([70, 1000, 100000])
-    opening, closing = rng.choice([("[", "]"), ('{"a":', "}")])
-    return (text[:at] + opening * depth + "0" + closing * depth + text[at:]).encode("utf-8")
-
-
-def random_npy_header(rng, entries, name):
-    """The archive with entry `name` holding random header text (and random data)."""
-    if rng.random() < 0.5:
-        text = "".join(rng.choice(HEADER_TOKENS) + rng.choice(["", " "])
-                       for _ in range(rng.randint(1, 15)))
-    else:
-        parts = list(GOOD_HEADER)
-        for _ in range(rng.randint(1, 4)):
-            parts.insert(rng.randrange(len(parts) + 1), rng.choice(HEADER_TOKENS))
-        text = "".join(parts)
-    body = bytes(rng.randrange(256) for _ in range(rng.choice([0, 4, 12, 24])))
-    entry = stored(name, npy(text, body, rng.choice([(1, 0), (2, 0)])))
-    return build_zip([entry if e[0] == name else e for e in entries])
-
-
-ZIP_MUTATIONS = [flip_bits, truncate, edit_zip_field]
-JSON_MUTATIONS = [flip_bits, truncate, nest_deeply]
 
 
 def check(call, where):
