@@ -32,6 +32,9 @@ ALLOWANCE = 16 << 20
 MAX_HEADER = 10000
 _CHUNK = 1 << 20
 _NPY_MAGIC = b"\x93NUMPY"
+_END_RECORD, _END_RECORD_SIZE = b"PK\x05\x06", 22
+_ZIP64_LOCATOR, _ZIP64_LOCATOR_SIZE = b"PK\x06\x07", 20
+_ZIP64_END_RECORD = b"PK\x06\x06"
 _HEADER_READERS = {(1, 0): (2, np.lib.format.read_array_header_1_0),
                    (2, 0): (4, np.lib.format.read_array_header_2_0)}
 # What zipfile and zlib raise on a damaged archive or member.
@@ -59,7 +62,12 @@ class NpzArchive:
                 self._zip = zipfile.ZipFile(self._file)
             except _ZIP_ERRORS as error:
                 raise ValueError(f"{path}: not a valid .npz {what} ({error})") from None
-            self._entries = self._check_directory(os.fstat(self._file.fileno()).st_size)
+            file_size = os.fstat(self._file.fileno()).st_size
+            declared, found = _declared_entries(self._file, file_size), len(self._zip.infolist())
+            if declared != found:
+                raise ValueError(f"{path}: its zip directory declares {declared} entries, "
+                                 f"{found} can be read: the directory is damaged")
+            self._entries = self._check_directory(file_size)
         except BaseException:
             self._file.close()
             raise
@@ -175,12 +183,43 @@ class NpzArchive:
             raise ValueError(f"{where} has dtype {dtype}; fqcore reads arrays of plain dtypes")
         if any(type(d) is not int or d < 0 for d in shape):  # numpy's check lets bools and -1 in
             raise ValueError(f"{where} has shape {shape}")
+        try:
+            # A view of one byte with zero strides: no memory, but numpy's own limits on the
+            # shape (at most 64 dimensions, each below 2**63), which a zero-size shape can break.
+            np.ndarray(shape, np.uint8, buffer=b"\0", strides=(0,) * len(shape))
+        except ValueError as error:
+            raise ValueError(f"{where} has shape {shape}, which numpy cannot make: {error}") from None
         declared = math.prod(shape) * dtype.itemsize
         holds = self._entries[name].file_size - len(start) - length_size - length
         if declared != holds:
             raise ValueError(f"{where}: its header declares shape {shape} of {dtype} "
                              f"({declared} bytes), the entry holds {max(holds, 0)} data bytes")
         return shape, fortran_order, dtype
+
+
+def _declared_entries(file, file_size):
+    """The entry count of the end-of-central-directory record, found as zipfile finds it (the last
+    record signature in the file's tail), from the zip64 record when the classic field is full.
+    zipfile reads the directory record by record and never compares the count: a record whose
+    lengths are damaged hides the records after it, and an archive would load without them."""
+    tail_size = min(file_size, _END_RECORD_SIZE + 0xFFFF)
+    file.seek(file_size - tail_size)
+    tail = file.read(tail_size)
+    at = tail.rfind(_END_RECORD)
+    if at < 0 or len(tail) - at < _END_RECORD_SIZE:
+        return None
+    count = struct.unpack_from("<H", tail, at + 10)[0]
+    locator = file_size - tail_size + at - _ZIP64_LOCATOR_SIZE
+    if count == 0xFFFF and locator >= 0:
+        file.seek(locator)
+        record = file.read(_ZIP64_LOCATOR_SIZE)
+        offset = struct.unpack_from("<Q", record, 8)[0] if record[:4] == _ZIP64_LOCATOR else None
+        if offset is not None and offset + 40 <= file_size:
+            file.seek(offset)
+            end64 = file.read(40)
+            if end64[:4] == _ZIP64_END_RECORD:
+                count = struct.unpack_from("<Q", end64, 32)[0]
+    return count
 
 
 def _read_exactly(stream, size, where):

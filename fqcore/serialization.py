@@ -224,6 +224,7 @@ def _read_npz(path):
         weights = {}
         for key in archive.names:
             if key.startswith("weight/"):
+                _check_loaded_key(key[7:], path)
                 dtype = archive.header(key)[1]
                 if dtype != np.float32:
                     raise ValueError(f"{path}: weight {key[7:]!r} has dtype {dtype}, expected float32")
@@ -244,6 +245,13 @@ def _header(header, path):
     return header
 
 
+def _check_loaded_key(key, path):
+    """A weight name read from a file follows the rule save_quantizer holds names to."""
+    problem = "it is empty" if not key else path_problem(key)
+    if problem:
+        raise ValueError(f"{path}: weight {key!r} cannot name an array: {problem}")
+
+
 def _is_int(value, low, high):
     return type(value) is int and low <= value < high
 
@@ -255,9 +263,7 @@ def _json_weights(entries, path):
         raise ValueError(f"{path}: 'weights' must be an object of named entries, got {type(entries).__name__}")
     weights = {}
     for key, entry in entries.items():
-        problem = path_problem(key)
-        if problem:
-            raise ValueError(f"{path}: weight {key!r} cannot name an array: {problem}")
+        _check_loaded_key(key, path)
         if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list) or \
                 not isinstance(entry.get("bits"), list):
             raise ValueError(f"{path}: weight {key!r} must hold a 'shape' list and a 'bits' list")

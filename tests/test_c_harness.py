@@ -23,9 +23,11 @@ def _missing(*tools):
 
 
 def _run(command, timeout):
-    """Runs `command` in tests/c with a clean fqcore environment; returns (exit code, output)."""
+    """Runs `command` in tests/c with a clean fqcore environment; returns (exit code, output). The
+    binaries link their own sanitizer runtimes: a preloaded one (the suite run under a sanitized
+    build of the extension) is not passed on."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("FQCORE_ISA", "FQCORE_NUM_THREADS", "MAKEFLAGS", "MFLAGS")}
+           if k not in ("FQCORE_ISA", "FQCORE_NUM_THREADS", "MAKEFLAGS", "MFLAGS", "LD_PRELOAD")}
     try:
         proc = subprocess.run(command, cwd=HARNESS_DIR, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)

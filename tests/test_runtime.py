@@ -136,6 +136,8 @@ print(fqcore.get_num_threads())
 def test_a_thousand_threads_under_an_address_space_limit_is_an_exception_not_an_exit():
     if not os.path.exists("/proc/self/statm"):
         pytest.skip("reads this process's size from /proc/self/statm (Linux)")
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("AddressSanitizer cannot start under an address-space limit")
     result = _python(_THREADS_UNDER_LIMIT)
     assert result.returncode == 0, result.stderr
     outcome, extra_threads, same, setting = result.stdout.splitlines()

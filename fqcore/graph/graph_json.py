@@ -640,7 +640,7 @@ def decode_value(value, where="value"):
         return [decode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if type(value) is dict:
         if set(value) == {"float"}:
-            if value["float"] not in _NON_FINITE:
+            if type(value["float"]) is not str or value["float"] not in _NON_FINITE:
                 raise ValueError(f"{where}['float']: must be 'nan', 'inf' or '-inf', got "
                                  f"{short(value['float'])}")
             return _NON_FINITE[value["float"]]
