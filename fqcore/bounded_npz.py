@@ -34,7 +34,8 @@ _CHUNK = 1 << 20
 _NPY_MAGIC = b"\x93NUMPY"
 _END_RECORD, _END_RECORD_SIZE = b"PK\x05\x06", 22
 _ZIP64_LOCATOR, _ZIP64_LOCATOR_SIZE = b"PK\x06\x07", 20
-_ZIP64_END_RECORD = b"PK\x06\x06"
+_ZIP64_END_RECORD, _ZIP64_END_RECORD_SIZE = b"PK\x06\x06", 56
+_DIRECTORY_RECORD, _DIRECTORY_RECORD_SIZE = b"PK\x01\x02", 46
 _HEADER_READERS = {(1, 0): (2, np.lib.format.read_array_header_1_0),
                    (2, 0): (4, np.lib.format.read_array_header_2_0)}
 # What zipfile and zlib raise on a damaged archive or member.
@@ -63,10 +64,9 @@ class NpzArchive:
             except _ZIP_ERRORS as error:
                 raise ValueError(f"{path}: not a valid .npz {what} ({error})") from None
             file_size = os.fstat(self._file.fileno()).st_size
-            declared, found = _declared_entries(self._file, file_size), len(self._zip.infolist())
-            if declared != found:
-                raise ValueError(f"{path}: its zip directory declares {declared} entries, "
-                                 f"{found} can be read: the directory is damaged")
+            problem = _directory_problem(self._file, file_size, len(self._zip.infolist()))
+            if problem:
+                raise ValueError(f"{path}: not a valid .npz {what}: {problem}")
             self._entries = self._check_directory(file_size)
         except BaseException:
             self._file.close()
@@ -197,29 +197,50 @@ class NpzArchive:
         return shape, fortran_order, dtype
 
 
-def _declared_entries(file, file_size):
-    """The entry count of the end-of-central-directory record, found as zipfile finds it (the last
-    record signature in the file's tail), from the zip64 record when the classic field is full.
-    zipfile reads the directory record by record and never compares the count: a record whose
-    lengths are damaged hides the records after it, and an archive would load without them."""
+def _directory_problem(file, file_size, found):
+    """Why the zip directory cannot be trusted to list every entry (a phrase), or None. zipfile
+    finds the end record as below (the last signature in the file's tail, the zip64 record when a
+    classic field is full), reads the directory record by record and never checks that the
+    records it parsed are all there are: a record whose lengths are damaged hides the records
+    after it, and an archive would load without them. So the records are walked again here: they
+    must fill the directory exactly, and their number must be both counts the end record gives
+    and the number zipfile read."""
     tail_size = min(file_size, _END_RECORD_SIZE + 0xFFFF)
     file.seek(file_size - tail_size)
     tail = file.read(tail_size)
     at = tail.rfind(_END_RECORD)
     if at < 0 or len(tail) - at < _END_RECORD_SIZE:
-        return None
-    count = struct.unpack_from("<H", tail, at + 10)[0]
-    locator = file_size - tail_size + at - _ZIP64_LOCATOR_SIZE
-    if count == 0xFFFF and locator >= 0:
-        file.seek(locator)
-        record = file.read(_ZIP64_LOCATOR_SIZE)
-        offset = struct.unpack_from("<Q", record, 8)[0] if record[:4] == _ZIP64_LOCATOR else None
-        if offset is not None and offset + 40 <= file_size:
-            file.seek(offset)
-            end64 = file.read(40)
-            if end64[:4] == _ZIP64_END_RECORD:
-                count = struct.unpack_from("<Q", end64, 32)[0]
-    return count
+        return "it has no end-of-directory record"
+    end = file_size - tail_size + at
+    on_disk, total, size = struct.unpack_from("<HHL", tail, at + 8)
+    if 0xFFFF in (on_disk, total) or size == 0xFFFFFFFF:
+        file.seek(max(end - _ZIP64_LOCATOR_SIZE, 0))
+        locator = file.read(_ZIP64_LOCATOR_SIZE)
+        if locator[:4] != _ZIP64_LOCATOR:
+            return "its zip64 end record is missing"
+        end = struct.unpack_from("<Q", locator, 8)[0]
+        if end + _ZIP64_END_RECORD_SIZE > file_size:
+            return "its zip64 end record lies past the end of the file"
+        file.seek(end)
+        record = file.read(_ZIP64_END_RECORD_SIZE)
+        if record[:4] != _ZIP64_END_RECORD:
+            return "its zip64 end record is missing"
+        on_disk, total, size = struct.unpack_from("<QQQ", record, 24)
+    if size > end:
+        return f"its directory of {size} bytes does not fit before its end record"
+    file.seek(end - size)
+    directory = file.read(size)
+    count, at = 0, 0
+    while at < size:
+        if directory[at:at + 4] != _DIRECTORY_RECORD or at + _DIRECTORY_RECORD_SIZE > size:
+            return f"its directory holds something other than entry records at byte {at}"
+        name, extra, comment = struct.unpack_from("<HHH", directory, at + 28)
+        at += _DIRECTORY_RECORD_SIZE + name + extra + comment
+        count += 1
+    if at != size or not count == on_disk == total == found:
+        return (f"its directory's records ({count}), the counts its end record gives "
+                f"({on_disk}, {total}) and the entries read ({found}) disagree")
+    return None
 
 
 def _read_exactly(stream, size, where):

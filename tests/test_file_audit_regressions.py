@@ -12,6 +12,7 @@ import fqcore.graph as G
 from fqcore.graph import checkpoint as C
 
 from archive_helpers import build_zip, members, npy, npy_header_text, stored
+from file_mutations import build_zip64
 
 # numpy's header parser warns about some of these headers.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
@@ -128,3 +129,31 @@ def test_finding_d_float_attribute_of_a_container_is_a_value_error(tmp_path, val
         G.read_graph_json(path)
     with pytest.raises(ValueError):
         G.graph_from_json(json.dumps(doc))
+
+
+# Finding B again, from the post-fix fuzz run: the damaged record's comment length hides the
+# record after it, and both entry counts of the end record are edited to what zipfile then reads.
+# Fuzzer case: seed 1, case 349428.
+def test_finding_b_with_the_end_record_counts_edited_to_match(quantizer_file, tmp_path):
+    data = bytearray(quantizer_file.read_bytes())
+    second = data.find(b"PK\x01\x02", data.find(b"PK\x01\x02") + 4)
+    struct.pack_into("<H", data, second + 32, 0xFFFF)
+    end = data.rfind(b"PK\x05\x06")
+    struct.pack_into("<HH", data, end + 8, 2, 2)
+    damaged = tmp_path / "damaged.npz"
+    damaged.write_bytes(bytes(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="damaged.npz.*directory"):
+            fqcore.load_quantizer(damaged)
+
+
+def test_a_zip64_archive_loads_as_its_plain_form(quantizer_file, tmp_path):
+    """The directory walk reads the zip64 end record's counts and size too."""
+    zip64 = tmp_path / "zip64.npz"
+    zip64.write_bytes(build_zip64(members(quantizer_file)))
+    quantizer, weights = fqcore.load_quantizer(zip64)
+    expected_quantizer, expected = fqcore.load_quantizer(quantizer_file)
+    assert quantizer == expected_quantizer and set(weights) == set(expected)
+    for key in weights:
+        np.testing.assert_array_equal(weights[key], expected[key])
