@@ -85,3 +85,22 @@ cdef extern from "fqcore.h" nogil:
 
     fq_status fq_f32_range(const float *x, size_t n, size_t channels, float *min, float *max)
     fq_status fq_f32_moving_average(float *values, const float *targets, size_t n, float rate)
+
+    ctypedef struct fq_conv_geometry:
+        size_t batch, height, width, channels
+        size_t kernel_height, kernel_width
+        size_t out_height, out_width
+        size_t stride_height, stride_width
+        size_t dilation_height, dilation_width
+        size_t pad_top, pad_left
+
+    fq_status fq_f32_im2col(const float *x, const fq_conv_geometry *geometry, float *cols)
+    fq_status fq_f32_col2im(const float *cols, const fq_conv_geometry *geometry, float *x_backprop)
+    fq_status fq_f32_depthwise(const float *x, const float *w, size_t multiplier,
+                               const fq_conv_geometry *geometry, float *y)
+    fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w,
+                                          size_t multiplier, const fq_conv_geometry *geometry,
+                                          float *x_backprop)
+    fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop,
+                                           size_t multiplier, const fq_conv_geometry *geometry,
+                                           float *w_backprop)

@@ -404,3 +404,77 @@ def moving_average(float[::1] values, const float[::1] targets, float rate):
     with nogil:
         rc = fq_f32_moving_average(_ptr(values), _cptr(targets), values.shape[0], rate)
     _check(rc)
+
+
+# Convolution helpers on flat float32 arrays; geometry is the 14 sizes of fq_conv_geometry in its
+# order, (N, H, W, C, KH, KW, OH, OW, SH, SW, DH, DW, top, left). The lengths are checked here:
+# the C side trusts them.
+
+cdef fq_conv_geometry _geometry(tuple sizes) except *:
+    cdef fq_conv_geometry g
+    (g.batch, g.height, g.width, g.channels, g.kernel_height, g.kernel_width, g.out_height,
+     g.out_width, g.stride_height, g.stride_width, g.dilation_height, g.dilation_width, g.pad_top,
+     g.pad_left) = sizes
+    return g
+
+
+cdef int _length(Py_ssize_t length, object expected, str name) except -1:
+    if length != expected:
+        raise ValueError(f"{name} has {length} elements, the geometry needs {expected}")
+    return 0
+
+
+def im2col(const float[::1] x, tuple geometry, float[::1] cols):
+    cdef fq_conv_geometry g = _geometry(geometry)
+    cdef fq_status rc
+    _length(x.shape[0], g.batch * g.height * g.width * g.channels, "x")
+    _length(cols.shape[0], g.batch * g.out_height * g.out_width * g.kernel_height * g.kernel_width * g.channels, "cols")
+    with nogil:
+        rc = fq_f32_im2col(_cptr(x), &g, _ptr(cols))
+    _check(rc)
+
+
+def col2im(const float[::1] cols, tuple geometry, float[::1] x_backprop):
+    cdef fq_conv_geometry g = _geometry(geometry)
+    cdef fq_status rc
+    _length(cols.shape[0], g.batch * g.out_height * g.out_width * g.kernel_height * g.kernel_width * g.channels, "cols")
+    _length(x_backprop.shape[0], g.batch * g.height * g.width * g.channels, "x_backprop")
+    with nogil:
+        rc = fq_f32_col2im(_cptr(cols), &g, _ptr(x_backprop))
+    _check(rc)
+
+
+def depthwise(const float[::1] x, const float[::1] w, size_t multiplier, tuple geometry,
+              float[::1] y):
+    cdef fq_conv_geometry g = _geometry(geometry)
+    cdef fq_status rc
+    _length(x.shape[0], g.batch * g.height * g.width * g.channels, "x")
+    _length(w.shape[0], g.kernel_height * g.kernel_width * g.channels * multiplier, "w")
+    _length(y.shape[0], g.batch * g.out_height * g.out_width * g.channels * multiplier, "y")
+    with nogil:
+        rc = fq_f32_depthwise(_cptr(x), _cptr(w), multiplier, &g, _ptr(y))
+    _check(rc)
+
+
+def depthwise_grad_input(const float[::1] y_backprop, const float[::1] w, size_t multiplier,
+                         tuple geometry, float[::1] x_backprop):
+    cdef fq_conv_geometry g = _geometry(geometry)
+    cdef fq_status rc
+    _length(y_backprop.shape[0], g.batch * g.out_height * g.out_width * g.channels * multiplier, "y_backprop")
+    _length(w.shape[0], g.kernel_height * g.kernel_width * g.channels * multiplier, "w")
+    _length(x_backprop.shape[0], g.batch * g.height * g.width * g.channels, "x_backprop")
+    with nogil:
+        rc = fq_f32_depthwise_grad_input(_cptr(y_backprop), _cptr(w), multiplier, &g, _ptr(x_backprop))
+    _check(rc)
+
+
+def depthwise_grad_filter(const float[::1] x, const float[::1] y_backprop, size_t multiplier,
+                          tuple geometry, float[::1] w_backprop):
+    cdef fq_conv_geometry g = _geometry(geometry)
+    cdef fq_status rc
+    _length(x.shape[0], g.batch * g.height * g.width * g.channels, "x")
+    _length(y_backprop.shape[0], g.batch * g.out_height * g.out_width * g.channels * multiplier, "y_backprop")
+    _length(w_backprop.shape[0], g.kernel_height * g.kernel_width * g.channels * multiplier, "w_backprop")
+    with nogil:
+        rc = fq_f32_depthwise_grad_filter(_cptr(x), _cptr(y_backprop), multiplier, &g, _ptr(w_backprop))
+    _check(rc)

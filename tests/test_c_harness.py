@@ -1,5 +1,6 @@
 """Builds and runs the C test binaries of tests/c (fake quantization: test_kernels; batch norm:
-test_batch_norm; range observer: test_range; thread pool and CPU budget: test_threads): natively, under ASan + UBSan, and for aarch64 (NEON)
+test_batch_norm; range observer: test_range; thread pool and CPU budget: test_threads; convolution helpers:
+test_conv): natively, under ASan + UBSan, and for aarch64 (NEON)
 under qemu-user."""
 import os
 import shutil
@@ -15,7 +16,7 @@ RUN_TIMEOUT = 1800  # the aarch64 run is emulated
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # One binary per family; `make native` (aarch64, sanitized) builds all of them.
-BINARIES = ["test_kernels", "test_batch_norm", "test_range", "test_threads"]
+BINARIES = ["test_kernels", "test_batch_norm", "test_range", "test_threads", "test_conv"]
 
 
 def _missing(*tools):
@@ -67,7 +68,7 @@ def test_native_kernels_under_address_and_undefined_behavior_sanitizers(binary):
                                  os.path.join("build", binary + "_sanitized")])
 
 
-THREADSAN_BINARIES = ["test_threads", "test_range"]
+THREADSAN_BINARIES = ["test_threads", "test_range", "test_conv"]
 
 
 @pytest.mark.parametrize("binary", THREADSAN_BINARIES)

@@ -249,6 +249,33 @@ def test_conv_and_depthwise_random_configs(n, h, w, c, o, kh, kw, sh, sw, dh, dw
                                ref_depthwise(x, filt, strides, padding, dilations), rtol=1e-12, atol=1e-12)
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 2), h=st.integers(1, 9), w=st.integers(1, 9), c=st.integers(1, 5),
+       o=st.integers(1, 3), kh=st.integers(1, 4), kw=st.integers(1, 4), sh=st.integers(1, 3),
+       sw=st.integers(1, 3), dh=st.integers(1, 2), dw=st.integers(1, 2),
+       padding=st.sampled_from(["SAME", "VALID"]), seed=st.integers(0, 2**32 - 1))
+def test_float32_c_kernels_match_float64(n, h, w, c, o, kh, kw, sh, sw, dh, dw, padding, seed):
+    """float32 runs fqcore's C kernels (im2col, col2im, depthwise), float64 the numpy path: the
+    same results to float32's precision, forward and gradients, every geometry."""
+    x_shape, kernel, strides, dilations = (n, h, w, c), (kh, kw), (sh, sw), (dh, dw)
+    assume(not valid_too_small(x_shape, kernel, strides, padding, dilations))
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape)
+    filt = rng.standard_normal(kernel + (c, o))
+    args = (strides, padding, dilations)
+    y = nn.conv2d(x, filt, *args)
+    yd = nn.depthwise_conv2d(x, filt, *args)
+    g, gd = rng.standard_normal(y.shape), rng.standard_normal(yd.shape)
+    wide = [y, *nn.conv2d_grad(x, filt, g, *args), yd, *nn.depthwise_conv2d_grad(x, filt, gd, *args)]
+    x32, f32, g32, gd32 = (a.astype(np.float32) for a in (x, filt, g, gd))
+    narrow = [nn.conv2d(x32, f32, *args), *nn.conv2d_grad(x32, f32, g32, *args),
+              nn.depthwise_conv2d(x32, f32, *args), *nn.depthwise_conv2d_grad(x32, f32, gd32, *args)]
+    for r64, r32 in zip(wide, narrow):
+        assert r32.dtype == np.float32 and r32.shape == r64.shape
+        scale = np.abs(r64).max(initial=1.0)
+        np.testing.assert_allclose(r32, r64, rtol=1e-5, atol=2e-6 * scale * kh * kw * max(n * h * w, 1))
+
+
 def test_non_contiguous_inputs():
     """Views with odd and negative strides read the right elements (the windows come from x's own
     strides when there is no padding to copy into)."""

@@ -1,8 +1,11 @@
-"""TensorFlow-semantics NHWC convolution and pooling, forward and gradient, in plain numpy (im2col + BLAS)."""
-import math
+"""TensorFlow-semantics NHWC convolution and pooling, forward and gradient: im2col + BLAS for
+convolutions, fqcore's C kernels for float32's data movement and depthwise loops, numpy for the
+rest."""
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from .. import _kernels
 
 _PADDINGS = ("SAME", "VALID")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -145,7 +148,10 @@ def _positions(kernel):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Convolution: TF Conv2D / Conv2DBackpropInput / Conv2DBackpropFilter with HWIO filters.
+# Convolution: TF Conv2D / Conv2DBackpropInput / Conv2DBackpropFilter with HWIO filters, and
+# DepthwiseConv2dNative. float32 (what training runs) goes to fqcore's C kernels (im2col, col2im
+# and the depthwise loops, src_c/conv); float64 takes the same steps in numpy. Both sum each
+# element in the same order: kernel positions row-major, then the depthwise multiplier.
 
 def _conv_setup(x, w, strides, padding, dilations):
     x = _input(x, "x")
@@ -155,11 +161,38 @@ def _conv_setup(x, w, strides, padding, dilations):
     return x, w, strides, dilations, oh, ow, pads
 
 
+def _kernel_geometry(x_shape, kernel, oh, ow, strides, dilations, pads):
+    """The sizes of fq_conv_geometry, in its order."""
+    return (*x_shape, *kernel, oh, ow, *strides, *dilations, pads[0], pads[2])
+
+
 def _im2col(x, w_shape, oh, ow, pads, strides, dilations):
     """[N*OH*OW, KH*KW*C]: row p holds output pixel p's window, in the (kh, kw, c) order of an HWIO
     filter flattened to [KH*KW*C, O] so that one matmul is the whole convolution."""
+    columns = w_shape[0] * w_shape[1] * w_shape[2]
+    if x.dtype == np.float32:
+        cols = np.empty((x.shape[0] * oh * ow, columns), np.float32)
+        _kernels.im2col(np.ascontiguousarray(x).reshape(-1),
+                        _kernel_geometry(x.shape, w_shape[:2], oh, ow, strides, dilations, pads),
+                        cols.reshape(-1))
+        return cols
     windows = _windows(_pad(x, pads, 0), oh, ow, w_shape[:2], strides, dilations)
-    return np.ascontiguousarray(windows).reshape(-1, w_shape[0] * w_shape[1] * w_shape[2])
+    return np.ascontiguousarray(windows).reshape(-1, columns)
+
+
+def _col2im(dcols, x_shape, kernel, oh, ow, pads, strides, dilations, dtype):
+    """dx [N, H, W, C]: the adjoint of _im2col, each element the sum of its window entries in
+    kernel-position order."""
+    if dtype == np.float32:
+        dx = np.empty(x_shape, np.float32)
+        _kernels.col2im(dcols.reshape(-1),
+                        _kernel_geometry(x_shape, kernel, oh, ow, strides, dilations, pads),
+                        dx.reshape(-1))
+        return dx
+    n, _, _, c = x_shape
+    pieces = (((i, j), dcols[:, (i * kernel[1] + j) * c:(i * kernel[1] + j + 1) * c].reshape(n, oh, ow, c))
+              for i, j in _positions(kernel))
+    return _scatter(pieces, x_shape, pads, strides, dilations, dtype)
 
 
 def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
@@ -173,140 +206,66 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
 def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     """(dx, dw) of conv2d given dy = dL/dy [N, OH, OW, O]."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
-    kh, kw, c, o = w.shape
+    o = w.shape[3]
     dy = _other(dy, "dy", x.dtype)
     _same_shape(dy, "dy", (x.shape[0], oh, ow, o))
-    dy2 = dy.reshape(-1, o)
-    cols = _im2col(x, w.shape, oh, ow, pads, strides, dilations)
-    dw = np.matmul(cols.T, dy2).reshape(w.shape)
-    del cols
-    # One [N*OH*OW, O] @ [O, C] per kernel position rather than one big dy2 @ w2d.T: each product
-    # is then contiguous, which makes the col2im add twice as fast, and the matmuls cost the same.
-    pieces = (((i, j), np.matmul(dy2, w[i, j].T).reshape(x.shape[0], oh, ow, c)) for i, j in _positions((kh, kw)))
-    dx = _scatter(pieces, x.shape, pads, strides, dilations, x.dtype)
+    dy2 = np.ascontiguousarray(dy).reshape(-1, o)
+    w2 = w.reshape(-1, o)
+    dw = np.matmul(_im2col(x, w.shape, oh, ow, pads, strides, dilations).T, dy2).reshape(w.shape)
+    dx = _col2im(np.matmul(dy2, w2.T), x.shape, w.shape[:2], oh, ow, pads, strides, dilations,
+                 x.dtype)
     return dx, dw
 
 
-# ---------------------------------------------------------------------------------------------------
-# Depthwise convolution: TF DepthwiseConv2dNative, w [KH, KW, C, M], output channel c*M + m.
-# No matmul fits (each channel has its own tiny filter). Instead x is copied once into a padded
-# buffer with its channels repeated M times (channel c*M + m holds x[..., c], so one filter value per
-# buffer channel and M needs no inner axis of its own), and with the columns split by phase mod
-# the column stride, so that each output row reads one contiguous run of OW*C*M values per kernel
-# position. One einsum over an [KH, KW', N, OH, OW*C*M] strided view then does every multiply-add
-# in a single pass, with inner loops OW*C*M long: on x [64, 8, 8, 32], w [3, 3, 32, 1] the forward
-# went from 0.78 ms (a multiply and an add per kernel position over [N, OH, OW, C] windows, inner
-# loops C long) to 0.28 ms; a multiply and an add per position over the same contiguous runs took
-# 0.49. The gradient uses the same views for dw, and for dx the forward again on dy (0.61 ms, was
-# 1.4-2.9). M = 2 and stride 2 gain less (the copies and the multiplier sum are a larger share).
-
-def _depthwise_buffer(x, m, pads, sw, rows, cols):
-    """[N, rows, SW, cols // SW, C*M] zeros holding x at padded position (top + r, left + q):
-    column p of the padded row at phase p % SW, index p // SW; each channel repeated M times."""
-    n, h, w, c = x.shape
-    top, left = pads[0], pads[2]
-    wq = -(-cols // sw)
-    buf = np.zeros((n, rows, sw, wq, c, m), dtype=x.dtype)
-    for b in range(sw):
-        first = (b - left) % sw  # the first x column whose padded column has phase b (maybe none)
-        q0 = (first + left) // sw
-        count = len(range(first, w, sw))
-        for k in range(m):
-            buf[:, top:top + h, b, q0:q0 + count, :, k] = x[:, :, first::sw]
-    return buf.reshape(n, rows, sw, wq, c * m)
-
-
-def _depthwise_groups(kw, sw, dw):
-    """(j0, step, phase, index) of each group of kernel columns j0, j0 + step, ... that read the
-    same column phase, at buffer column indices index, index + dw * step // sw, ..."""
-    step = sw // math.gcd(sw, dw)
-    return [(j0, step, (j0 * dw) % sw, (j0 * dw) // sw) for j0 in range(min(step, kw))]
-
-
-def _depthwise_view(buf, kh, j0, step, phase, index, kw, oh, ow, sh, dh, dw):
-    """[KH, KW', N, OH, OW*C'] read-only view: kernel position (i, j0 + step * j') of output row r
-    of image n is the run of OW*C' buffer values that position multiplies (no copy)."""
-    n, _, sw, wq, cc = buf.shape
-    it = buf.itemsize
-    row = sw * wq * cc * it
-    start = buf[:, :, phase, index:]  # keeps buf's data; the strides below address buf itself
-    return as_strided(start, shape=(kh, len(range(j0, kw, step)), n, oh, ow * cc),
-                      strides=(dh * row, (dw * step // sw) * cc * it, buf.strides[0], sh * row, it),
-                      writeable=False)
-
-
-def _depthwise_sum(buf, wc, oh, ow, sh, sw, dh, dw):
-    """[N, OH, OW*C'] sum over kernel positions of buffer runs times wc [KH, KW, C'] (one filter
-    value per buffer channel), the buffer read with strides (sh, sw) and dilations (dh, dw)."""
-    kh, kw, cc = wc.shape
-    y = None
-    for j0, step, phase, index in _depthwise_groups(kw, sw, dw):
-        view = _depthwise_view(buf, kh, j0, step, phase, index, kw, oh, ow, sh, dh, dw)
-        part = np.einsum("ijnhr,ijr->nhr", view, np.tile(wc[:, j0::step], (1, 1, ow)))
-        y = part if y is None else np.add(y, part, out=y)
-    return y
-
-
-def _sum_multipliers(a, m):
-    """a [..., C*M] -> [..., C]: the sum over each channel's M copies (M > 1)."""
-    out = np.add(a[..., 0::m], a[..., 1::m])
-    for k in range(2, m):
-        out += a[..., k::m]
-    return out
-
-
-def _depthwise_setup(x, w, strides, padding, dilations):
-    """_conv_setup's checked arguments and geometry, plus x's buffer for _depthwise_view."""
-    x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
-    top, bottom, left, right = pads
-    rows, cols = x.shape[1] + top + bottom, x.shape[2] + left + right
-    buf = _depthwise_buffer(x, w.shape[3], pads, strides[1], rows, cols)
-    return x, w, strides, dilations, oh, ow, pads, buf
+def _depthwise_windows(x, w, oh, ow, pads, strides, dilations):
+    """(i, j, the [N, OH, OW, C*M] inputs kernel position (i, j) reads, each channel repeated M
+    times) for the numpy path."""
+    xp = _pad(x, pads, 0)
+    m = w.shape[3]
+    for i, j in _positions(w.shape[:2]):
+        window = xp[_tap(i, j, oh, ow, strides, dilations)]
+        yield i, j, (window if m == 1 else np.repeat(window, m, axis=3))
 
 
 def depthwise_conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     """TF DepthwiseConv2dNative, NHWC: x [N, H, W, C], w [KH, KW, C, M] -> y [N, OH, OW, C*M]."""
-    x, w, strides, dilations, oh, ow, pads, buf = _depthwise_setup(x, w, strides, padding, dilations)
+    x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
     kh, kw, c, m = w.shape
-    if not (x.shape[0] and oh and ow):
-        return np.zeros((x.shape[0], oh, ow, c * m), dtype=x.dtype)
-    y = _depthwise_sum(buf, w.reshape(kh, kw, c * m), oh, ow, strides[0], strides[1], *dilations)
-    return y.reshape(x.shape[0], oh, ow, c * m)
+    if x.dtype == np.float32:
+        y = np.empty((x.shape[0], oh, ow, c * m), np.float32)
+        _kernels.depthwise(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(w).reshape(-1),
+                           m, _kernel_geometry(x.shape, (kh, kw), oh, ow, strides, dilations, pads),
+                           y.reshape(-1))
+        return y
+    y = np.zeros((x.shape[0], oh, ow, c * m), dtype=x.dtype)
+    for i, j, window in _depthwise_windows(x, w, oh, ow, pads, strides, dilations):
+        y += window * w[i, j].reshape(c * m)
+    return y
 
 
 def depthwise_conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     """(dx, dw) of depthwise_conv2d given dy = dL/dy [N, OH, OW, C*M]."""
-    x, w, strides, dilations, oh, ow, pads, buf = _depthwise_setup(x, w, strides, padding, dilations)
+    x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
     n, h, wd, c = x.shape
     kh, kw, _, m = w.shape
-    (sh, sw), (dh, dw_) = strides, dilations
-    cc = c * m
     dy = _other(dy, "dy", x.dtype)
-    _same_shape(dy, "dy", (n, oh, ow, cc))
-    if not dy.size:
-        return np.zeros_like(x), np.zeros_like(w)
-    dy3 = np.ascontiguousarray(dy).reshape(n, oh, ow * cc)
-    wc = w.reshape(kh, kw, cc)
-
-    # dw: the same views as the forward, each run times dy's, summed over images, rows and columns.
-    dwc = np.empty_like(wc)
-    for j0, step, phase, index in _depthwise_groups(kw, sw, dw_):
-        view = _depthwise_view(buf, kh, j0, step, phase, index, kw, oh, ow, sh, dh, dw_)
-        runs = np.einsum("ijnhr,nhr->ijr", view, dy3)
-        dwc[:, j0::step] = runs.reshape(kh, -1, ow, cc).sum(axis=2)
-    # Let go of x's buffer before allocating dy's: with both (and the result) alive, the ~2 MB freed
-    # at once on [64, 8, 8, 32] went back to the OS on every call (glibc's trim threshold) and the
-    # page faults of reallocating it took the gradient from 0.61 to 1.6 ms.
-    del buf, view
-
-    # dx is dy, spread out by the strides and padded to [N, H + (KH-1)*dh, W + (KW-1)*dw], correlated
-    # with the flipped filter: the forward again with stride 1, one einsum for all kernel positions.
-    top, left = pads[0], pads[2]
-    before = ((kh - 1) * dh - top, (kw - 1) * dw_ - left)
-    dbuf = np.zeros((n, h + (kh - 1) * dh, 1, wd + (kw - 1) * dw_, cc), dtype=x.dtype)
-    dbuf[:, before[0]:before[0] + (oh - 1) * sh + 1:sh, 0, before[1]:before[1] + (ow - 1) * sw + 1:sw] = dy
-    full = _depthwise_sum(dbuf, wc[::-1, ::-1], h, wd, 1, 1, dh, dw_).reshape(n, h, wd, cc)
-    return (full if m == 1 else _sum_multipliers(full, m)), dwc.reshape(w.shape)
+    _same_shape(dy, "dy", (n, oh, ow, c * m))
+    if x.dtype == np.float32:
+        geometry = _kernel_geometry(x.shape, (kh, kw), oh, ow, strides, dilations, pads)
+        flat_dy, flat_w = np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(w).reshape(-1)
+        dx, dw = np.empty(x.shape, np.float32), np.empty(w.shape, np.float32)
+        _kernels.depthwise_grad_input(flat_dy, flat_w, m, geometry, dx.reshape(-1))
+        _kernels.depthwise_grad_filter(np.ascontiguousarray(x).reshape(-1), flat_dy, m, geometry,
+                                       dw.reshape(-1))
+        return dx, dw
+    dw = np.empty_like(w)
+    top, bottom, left, right = pads
+    dxp = np.zeros((n, h + top + bottom, wd + left + right, c * m), dtype=x.dtype)
+    for i, j, window in _depthwise_windows(x, w, oh, ow, pads, strides, dilations):
+        dw[i, j] = (window * dy).sum(axis=(0, 1, 2)).reshape(c, m)
+        dxp[_tap(i, j, oh, ow, strides, dilations)] += dy * w[i, j].reshape(c * m)
+    dx = dxp[:, top:top + h, left:left + wd].reshape(n, h, wd, c, m).sum(axis=4)
+    return np.ascontiguousarray(dx), dw
 
 
 # ---------------------------------------------------------------------------------------------------

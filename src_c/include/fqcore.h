@@ -168,6 +168,44 @@ fq_status fq_f32_range(const float *x, size_t n, size_t channels, float *min, fl
    TF's CPU threads compute it. values and targets must not overlap. */
 fq_status fq_f32_moving_average(float *values, const float *targets, size_t n, float rate);
 
+/* --- Convolution helpers (float32, NHWC): what the training engine's convolutions need besides a
+   matrix multiply. ---
+   The geometry of a convolution of x [batch, height, width, channels] with a kernel of
+   kernel_height x kernel_width taps: output pixel (r, q) reads input pixel
+   (r * stride_height + i * dilation_height - pad_top, q * stride_width + j * dilation_width -
+   pad_left) at tap (i, j), zero when that falls outside the input. Output sizes and pads are the
+   caller's (TF's SAME / VALID rules give them); any values are safe. Every result element is a
+   sum in a fixed order (taps row-major, then the depthwise multiplier), the same on every ISA and
+   thread count. Errors: a stride, dilation or kernel size of 0, or sizes whose products overflow:
+   FQ_ERR_BAD_SHAPE; a NULL array with elements: FQ_ERR_NULL_POINTER. Arrays must not overlap. */
+typedef struct {
+    size_t batch, height, width, channels;
+    size_t kernel_height, kernel_width;
+    size_t out_height, out_width;
+    size_t stride_height, stride_width;
+    size_t dilation_height, dilation_width;
+    size_t pad_top, pad_left;
+} fq_conv_geometry;
+
+/* cols [batch * out_height * out_width, kernel_height * kernel_width * channels]: row p holds
+   output pixel p's window in (i, j, c) order, so cols times an HWIO filter flattened to
+   [KH * KW * C, O] is the convolution. */
+fq_status fq_f32_im2col(const float *x, const fq_conv_geometry *geometry, float *cols);
+/* The adjoint of im2col: x_backprop [batch, height, width, channels] is, per element, the sum of
+   the cols entries that im2col copied it to, in tap order (zero where no window reads it). */
+fq_status fq_f32_col2im(const float *cols, const fq_conv_geometry *geometry, float *x_backprop);
+/* DepthwiseConv2dNative: w [KH, KW, channels, multiplier], y [batch, out_height, out_width,
+   channels * multiplier] with output channel c * multiplier + m. */
+fq_status fq_f32_depthwise(const float *x, const float *w, size_t multiplier,
+                           const fq_conv_geometry *geometry, float *y);
+/* Its gradients: x_backprop [batch, height, width, channels] from y_backprop; w_backprop
+   [KH, KW, channels, multiplier], summed over fixed blocks of output rows (a function of the
+   shape), blocks added in order. */
+fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w, size_t multiplier,
+                                      const fq_conv_geometry *geometry, float *x_backprop);
+fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop, size_t multiplier,
+                                       const fq_conv_geometry *geometry, float *w_backprop);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,232 @@
+/* Public convolution entry points: validation, im2col (a copy), and the split of the other kernels'
+   rows over threads. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../include/fqcore.h"
+#include "../common/fpenv.h"
+#include "../common/parallel.h"
+#include "../common/runtime.h"
+#include "conv_kernels.h"
+
+/* The depthwise filter gradient sums blocks of about this many y_backprop elements each (at least
+   one output row, at most FQ_CONV_MAX_BLOCKS blocks): a fixed function of the shape, so the order
+   of the sums is too. */
+#define FQ_CONV_BLOCK_ELEMENTS ((size_t)32768)
+#define FQ_CONV_MAX_BLOCKS ((size_t)64)
+
+static const fq_conv_kernels *active_kernels(void) {
+    switch (fq_get_isa()) {
+#ifdef FQ_BUILD_AVX2
+    case FQ_ISA_AVX2: return &fq_conv__avx2;
+#endif
+#ifdef FQ_BUILD_AVX512
+    case FQ_ISA_AVX512: return &fq_conv__avx512;
+#endif
+#ifdef FQ_BUILD_NEON
+    case FQ_ISA_NEON: return &fq_conv__neon;
+#endif
+    default: return &fq_conv__scalar;
+    }
+}
+
+/* The element counts of a call: input, output pixels, one window (KH * KW * C). */
+typedef struct {
+    size_t input, pixels, window;
+} conv_sizes;
+
+static int fits(size_t a, size_t b, size_t *product) { return !__builtin_mul_overflow(a, b, product); }
+
+/* FQ_ERR_BAD_SHAPE unless every count and index the kernels form fits in size_t: the arrays'
+   element counts (with the multiplier), and the padded positions out * stride + tap * dilation
+   and in + pad. */
+static fq_status check_geometry(const fq_conv_geometry *g, size_t multiplier, conv_sizes *s) {
+    if (g == NULL) return FQ_ERR_NULL_POINTER;
+    if (g->kernel_height == 0 || g->kernel_width == 0 || g->stride_height == 0 ||
+        g->stride_width == 0 || g->dilation_height == 0 || g->dilation_width == 0 ||
+        multiplier == 0)
+        return FQ_ERR_BAD_SHAPE;
+    size_t t, u, reach;
+    const int ok =
+        fits(g->batch, g->height, &t) && fits(t, g->width, &t) && fits(t, g->channels, &s->input) &&
+        fits(s->input, multiplier, &t) &&
+        fits(g->batch, g->out_height, &t) && fits(t, g->out_width, &s->pixels) &&
+        fits(g->kernel_height, g->kernel_width, &t) && fits(t, g->channels, &s->window) &&
+        fits(s->window, multiplier, &t) && fits(s->pixels, s->window, &t) && fits(t, multiplier, &t) &&
+        fits(g->out_height, g->stride_height, &t) && fits(g->kernel_height, g->dilation_height, &u) &&
+        !__builtin_add_overflow(t, u, &reach) &&
+        fits(g->out_width, g->stride_width, &t) && fits(g->kernel_width, g->dilation_width, &u) &&
+        !__builtin_add_overflow(t, u, &reach) &&
+        !__builtin_add_overflow(g->height, g->pad_top, &t) &&
+        !__builtin_add_overflow(g->width, g->pad_left, &t);
+    return ok ? FQ_OK : FQ_ERR_BAD_SHAPE;
+}
+
+static int missing(const void *p, size_t elements) { return elements > 0 && p == NULL; }
+
+/* job->tiled for a depthwise call that can use it (see fq_conv_job), or leaves it NULL; the
+   buffer to free, and FQ_ERR_NO_MEMORY when it cannot be had. */
+static fq_status tile_filter(fq_conv_job *job, float **buffer) {
+    const fq_conv_geometry *g = &job->g;
+    *buffer = NULL;
+    if (job->multiplier != 1 || g->stride_width != 1 || g->out_width == 0 || g->channels == 0)
+        return FQ_OK;
+    const size_t taps = g->kernel_height * g->kernel_width, length = g->out_width * g->channels;
+    size_t total;
+    if (__builtin_mul_overflow(taps, length, &total)) return FQ_ERR_BAD_SHAPE;
+    float *tiled = malloc(total * sizeof(float));
+    if (tiled == NULL) return FQ_ERR_NO_MEMORY;
+    for (size_t tap = 0; tap < taps; ++tap)
+        for (size_t q = 0; q < g->out_width; ++q)
+            memcpy(tiled + tap * length + q * g->channels, job->w + tap * g->channels,
+                   g->channels * sizeof(float));
+    job->tiled = tiled;
+    job->tiled_length = length;
+    *buffer = tiled;
+    return FQ_OK;
+}
+
+/* Runs `kernel` over `rows` rows that write `elements` output elements in all, on the threads
+   that many earn. */
+static void run_rows(fq_range_fn kernel, const fq_conv_job *job, size_t rows, size_t elements) {
+    if (rows == 0) return;
+    fq_parallel_for(fq_runtime_threads_for(elements, rows), rows, kernel, (void *)job);
+}
+
+fq_status fq_f32_depthwise(const float *x, const float *w, size_t multiplier,
+                           const fq_conv_geometry *geometry, float *y) {
+    conv_sizes s;
+    fq_status status = check_geometry(geometry, multiplier, &s);
+    if (status != FQ_OK) return status;
+    if (missing(x, s.input) || missing(w, s.window * multiplier) ||
+        missing(y, s.pixels * geometry->channels * multiplier))
+        return FQ_ERR_NULL_POINTER;
+    fq_conv_job job = {*geometry, multiplier, x, w, NULL, NULL, y, NULL, 0, NULL, 0};
+    float *tiled;
+    if ((status = tile_filter(&job, &tiled)) != FQ_OK) return status;
+    const fq_fpenv saved = fq_fpenv_enter();
+    run_rows(active_kernels()->depthwise, &job, geometry->batch * geometry->out_height,
+             s.pixels * geometry->channels * multiplier);
+    fq_fpenv_leave(saved);
+    free(tiled);
+    return FQ_OK;
+}
+
+fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w, size_t multiplier,
+                                      const fq_conv_geometry *geometry, float *x_backprop) {
+    conv_sizes s;
+    fq_status status = check_geometry(geometry, multiplier, &s);
+    if (status != FQ_OK) return status;
+    if (missing(y_backprop, s.pixels * geometry->channels * multiplier) ||
+        missing(w, s.window * multiplier) || missing(x_backprop, s.input))
+        return FQ_ERR_NULL_POINTER;
+    fq_conv_job job = {*geometry, multiplier, NULL, w, y_backprop, NULL, x_backprop, NULL, 0,
+                       NULL, 0};
+    float *tiled;
+    if ((status = tile_filter(&job, &tiled)) != FQ_OK) return status;
+    const fq_fpenv saved = fq_fpenv_enter();
+    run_rows(active_kernels()->depthwise_grad_input, &job, geometry->batch * geometry->height,
+             s.input);
+    fq_fpenv_leave(saved);
+    free(tiled);
+    return FQ_OK;
+}
+
+fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop, size_t multiplier,
+                                       const fq_conv_geometry *geometry, float *w_backprop) {
+    conv_sizes s;
+    fq_status status = check_geometry(geometry, multiplier, &s);
+    if (status != FQ_OK) return status;
+    const size_t filter = s.window * multiplier;
+    if (missing(x, s.input) || missing(y_backprop, s.pixels * geometry->channels * multiplier) ||
+        missing(w_backprop, filter))
+        return FQ_ERR_NULL_POINTER;
+    const size_t rows = geometry->batch * geometry->out_height;
+    const size_t row_elements = geometry->out_width * geometry->channels * multiplier;
+    size_t rows_per_block = row_elements == 0 ? rows : (FQ_CONV_BLOCK_ELEMENTS + row_elements - 1) / row_elements;
+    if (rows_per_block == 0) rows_per_block = 1;
+    if (rows > rows_per_block * FQ_CONV_MAX_BLOCKS)
+        rows_per_block = (rows + FQ_CONV_MAX_BLOCKS - 1) / FQ_CONV_MAX_BLOCKS;
+    const size_t blocks = rows == 0 ? 0 : (rows + rows_per_block - 1) / rows_per_block;
+    for (size_t k = 0; k < filter; ++k) w_backprop[k] = 0.0f;
+    if (blocks == 0 || filter == 0) return FQ_OK;
+    float *partials = malloc(blocks * filter * sizeof(float));
+    if (partials == NULL) return FQ_ERR_NO_MEMORY;
+    const fq_conv_job job = {*geometry, multiplier, x, NULL, y_backprop, NULL, NULL, partials,
+                             rows_per_block, NULL, 0};
+    const fq_fpenv saved = fq_fpenv_enter();
+    fq_parallel_for(fq_runtime_threads_for(rows * row_elements, blocks), blocks,
+                    active_kernels()->depthwise_grad_filter, (void *)&job);
+    /* Blocks in order: the same sum for any split of the blocks over threads. */
+    for (size_t block = 0; block < blocks; ++block)
+        for (size_t k = 0; k < filter; ++k) w_backprop[k] += partials[block * filter + k];
+    fq_fpenv_leave(saved);
+    free(partials);
+    return FQ_OK;
+}
+
+/* n floats from src (zeros when src is NULL). A loop, not memcpy: runs are often a few floats
+   (a first layer's one or three channels), where a call costs more than the copy. */
+static inline void copy_floats(float *restrict dst, const float *restrict src, size_t n) {
+    if (src == NULL) {
+        for (size_t k = 0; k < n; ++k) dst[k] = 0.0f;
+    } else {
+        for (size_t k = 0; k < n; ++k) dst[k] = src[k];
+    }
+}
+
+/* Output rows [first, end) of im2col: a copy of each window, zeros for its padding. With a column
+   dilation of 1, a window row whose taps all fall inside the input is one run of KW * C floats. */
+static void im2col_rows(void *context, size_t first, size_t end) {
+    const fq_conv_job *job = context;
+    const fq_conv_geometry *g = &job->g;
+    const size_t c = g->channels, kw = g->kernel_width, window = g->kernel_height * kw * c;
+    for (size_t row = first; row < end; ++row) {
+        const size_t n = row / g->out_height, r = row % g->out_height;
+        float *dst = job->out + row * g->out_width * window;
+        for (size_t q = 0; q < g->out_width; ++q) {
+            const size_t at_w0 = q * g->stride_width;
+            for (size_t i = 0; i < g->kernel_height; ++i, dst += kw * c) {
+                const size_t at_h = r * g->stride_height + i * g->dilation_height;
+                if (at_h < g->pad_top || at_h - g->pad_top >= g->height) {
+                    copy_floats(dst, NULL, kw * c);
+                    continue;
+                }
+                const float *x_row = job->x + (n * g->height + at_h - g->pad_top) * g->width * c;
+                const size_t last_w = at_w0 + (kw - 1) * g->dilation_width;
+                if (g->dilation_width == 1 && at_w0 >= g->pad_left && last_w - g->pad_left < g->width) {
+                    copy_floats(dst, x_row + (at_w0 - g->pad_left) * c, kw * c);
+                    continue;
+                }
+                for (size_t j = 0; j < kw; ++j) {
+                    const size_t at_w = at_w0 + j * g->dilation_width;
+                    const int inside = at_w >= g->pad_left && at_w - g->pad_left < g->width;
+                    copy_floats(dst + j * c, inside ? x_row + (at_w - g->pad_left) * c : NULL, c);
+                }
+            }
+        }
+    }
+}
+
+fq_status fq_f32_im2col(const float *x, const fq_conv_geometry *geometry, float *cols) {
+    conv_sizes s;
+    fq_status status = check_geometry(geometry, 1, &s);
+    if (status != FQ_OK) return status;
+    if (missing(x, s.input) || missing(cols, s.pixels * s.window)) return FQ_ERR_NULL_POINTER;
+    const fq_conv_job job = {*geometry, 1, x, NULL, NULL, NULL, cols, NULL, 0, NULL, 0};
+    run_rows(im2col_rows, &job, geometry->batch * geometry->out_height, s.pixels * s.window);
+    return FQ_OK;
+}
+
+fq_status fq_f32_col2im(const float *cols, const fq_conv_geometry *geometry, float *x_backprop) {
+    conv_sizes s;
+    fq_status status = check_geometry(geometry, 1, &s);
+    if (status != FQ_OK) return status;
+    if (missing(cols, s.pixels * s.window) || missing(x_backprop, s.input))
+        return FQ_ERR_NULL_POINTER;
+    const fq_conv_job job = {*geometry, 1, NULL, NULL, NULL, cols, x_backprop, NULL, 0, NULL, 0};
+    const fq_fpenv saved = fq_fpenv_enter();
+    run_rows(active_kernels()->col2im, &job, geometry->batch * geometry->height, s.input);
+    fq_fpenv_leave(saved);
+    return FQ_OK;
+}

@@ -1,0 +1,47 @@
+/* Convolution kernel interface shared by the per-ISA files and the public entry points: the loops
+   over rows of NHWC data that depthwise convolution and col2im need. */
+#ifndef FQ_CONV_KERNELS_H
+#define FQ_CONV_KERNELS_H
+
+#include <stddef.h>
+
+#include "../include/fqcore.h"
+#include "../common/parallel.h"
+
+/* One call: the geometry, its operands, and the partial sums of a filter gradient. */
+typedef struct {
+    fq_conv_geometry g;
+    size_t multiplier;    /* depthwise: filter [KH, KW, C, M], output channel c * M + m */
+    const float *x, *w, *dy, *cols;
+    float *out;
+    float *partials;      /* depthwise filter gradient: one [KH, KW, C, M] sum per block */
+    size_t rows_per_block;
+    /* Depthwise with a column stride of 1 and no multiplier: each tap's C filter values repeated
+       along a row, tiled_length (out_width * C) floats a tap; NULL otherwise. */
+    const float *tiled;
+    size_t tiled_length;
+} fq_conv_job;
+
+/* One ISA's kernels, each over a range of rows: output rows (n * OH + r) for the forward and the
+   filter gradient's blocks, input rows (n * H + h) for the gathers. Every output element is a sum
+   in a fixed order (kernel position (i, j) row-major, then m), the same on every ISA and for any
+   split of the rows. */
+typedef struct {
+    fq_range_fn depthwise;             /* (fq_conv_job *, first row, end row) */
+    fq_range_fn depthwise_grad_input;
+    fq_range_fn depthwise_grad_filter; /* over blocks of rows */
+    fq_range_fn col2im;
+} fq_conv_kernels;
+
+extern const fq_conv_kernels fq_conv__scalar;
+#ifdef FQ_BUILD_AVX2
+extern const fq_conv_kernels fq_conv__avx2;
+#endif
+#ifdef FQ_BUILD_AVX512
+extern const fq_conv_kernels fq_conv__avx512;
+#endif
+#ifdef FQ_BUILD_NEON
+extern const fq_conv_kernels fq_conv__neon;
+#endif
+
+#endif
