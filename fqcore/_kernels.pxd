@@ -104,3 +104,16 @@ cdef extern from "fqcore.h" nogil:
     fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop,
                                            size_t multiplier, const fq_conv_geometry *geometry,
                                            float *w_backprop)
+
+    ctypedef enum fq_activation:
+        FQ_ACTIVATION_NONE
+        FQ_ACTIVATION_RELU
+        FQ_ACTIVATION_RELU6
+
+    fq_status fq_f32_channel_affine(const float *x, size_t n, size_t channels, const float *scale,
+                                    const float *shift_a, const float *shift_b,
+                                    fq_activation activation, float *y)
+    fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, const float *y,
+                                         size_t n, size_t channels, const float *scale,
+                                         fq_activation activation, float *x_backprop,
+                                         float *scale_backprop, float *shift_backprop)

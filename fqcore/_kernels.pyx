@@ -478,3 +478,52 @@ def depthwise_grad_filter(const float[::1] x, const float[::1] y_backprop, size_
     with nogil:
         rc = fq_f32_depthwise_grad_filter(_cptr(x), _cptr(y_backprop), multiplier, &g, _ptr(w_backprop))
     _check(rc)
+
+
+# The per-channel chain (fq_f32_channel_affine): flat float32 arrays, the vectors `channels` long
+# or None (the step left out); activation 0 none, 1 Relu, 2 Relu6.
+
+ACTIVATIONS = {None: FQ_ACTIVATION_NONE, "Relu": FQ_ACTIVATION_RELU, "Relu6": FQ_ACTIVATION_RELU6}
+
+
+cdef const float *_vector(const float[::1] v, size_t channels, str name) except? NULL:
+    if v is None:
+        return NULL
+    _length(v.shape[0], channels, name)
+    return &v[0] if v.shape[0] > 0 else NULL
+
+
+def channel_affine(const float[::1] x, size_t channels, const float[::1] scale,
+                   const float[::1] shift_a, const float[::1] shift_b, int activation,
+                   float[::1] y):
+    cdef fq_status rc
+    _length(y.shape[0], x.shape[0], "y")
+    cdef const float *s = _vector(scale, channels, "scale")
+    cdef const float *a = _vector(shift_a, channels, "shift_a")
+    cdef const float *b = _vector(shift_b, channels, "shift_b")
+    with nogil:
+        rc = fq_f32_channel_affine(_cptr(x), x.shape[0], channels, s, a, b,
+                                   <fq_activation>activation, _ptr(y))
+    _check(rc)
+
+
+def channel_affine_grad(const float[::1] y_backprop, const float[::1] x, const float[::1] y,
+                        size_t channels, const float[::1] scale, int activation,
+                        float[::1] x_backprop, float[::1] scale_backprop,
+                        float[::1] shift_backprop):
+    cdef fq_status rc
+    cdef Py_ssize_t n = y_backprop.shape[0]
+    _length(y.shape[0], n, "y")
+    if x is not None:
+        _length(x.shape[0], n, "x")
+    if x_backprop is not None:
+        _length(x_backprop.shape[0], n, "x_backprop")
+    cdef const float *s = _vector(scale, channels, "scale")
+    cdef float *dx = _ptr(x_backprop) if x_backprop is not None else NULL
+    cdef float *ds = <float *>_vector(scale_backprop, channels, "scale_backprop")
+    cdef float *db = <float *>_vector(shift_backprop, channels, "shift_backprop")
+    cdef const float *xp = _cptr(x) if x is not None else NULL
+    with nogil:
+        rc = fq_f32_channel_affine_grad(_cptr(y_backprop), xp, _cptr(y), n, channels, s,
+                                        <fq_activation>activation, dx, ds, db)
+    _check(rc)

@@ -1,6 +1,6 @@
 """Builds and runs the C test binaries of tests/c (fake quantization: test_kernels; batch norm:
 test_batch_norm; range observer: test_range; thread pool and CPU budget: test_threads; convolution helpers:
-test_conv): natively, under ASan + UBSan, and for aarch64 (NEON)
+test_conv; per-channel chains: test_channel): natively, under ASan + UBSan, and for aarch64 (NEON)
 under qemu-user."""
 import os
 import shutil
@@ -16,7 +16,8 @@ RUN_TIMEOUT = 1800  # the aarch64 run is emulated
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # One binary per family; `make native` (aarch64, sanitized) builds all of them.
-BINARIES = ["test_kernels", "test_batch_norm", "test_range", "test_threads", "test_conv"]
+BINARIES = ["test_kernels", "test_batch_norm", "test_range", "test_threads", "test_conv",
+            "test_channel"]
 
 
 def _missing(*tools):

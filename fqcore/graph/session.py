@@ -4,6 +4,7 @@ import heapq
 
 import numpy as np
 
+from . import fusion
 from .core import Operation, Tensor
 from .op_defs.control import DEAD
 from .op_registry import gradient_function, op_def
@@ -124,7 +125,8 @@ class Session:
 
 class _Plan:
     """The ops a set of fetches needs, in a fixed topological order (creation order among
-    ready ops, so reads and writes happen in the order the graph was built)."""
+    ready ops, so reads and writes happen in the order the graph was built), with the runs of
+    ops one kernel call can do fused into single steps (fusion.py)."""
 
     def __init__(self, graph, elements, feeds):
         needed = set()
@@ -168,8 +170,15 @@ class _Plan:
             if op.type == "Switch" or any(t.op in can_die for t in op.inputs) or any(
                     c in can_die for c in op.control_inputs):
                 can_die.add(op)
-        self.steps = [(op, op_def(op.type).forward, op.inputs, op.outputs, op.control_inputs,
-                       op in can_die and op.type != "Merge") for op in order]
+        units = fusion.fuse(order, _sole_consumer(order, elements, feeds),
+                            _fusable(order, can_die))
+        self.member_of = {op: unit for unit in units if isinstance(unit, fusion.FusedChannelChain)
+                          for op in unit.ops}
+        self.steps = [(unit, unit.forward, unit.inputs, unit.outputs, (), False)
+                      if isinstance(unit, fusion.FusedChannelChain) else
+                      (unit, op_def(unit.type).forward, unit.inputs, unit.outputs,
+                       unit.control_inputs, unit in can_die and unit.type != "Merge")
+                      for unit in units]
         self.position = {op: i for i, op in enumerate(order)}
         self.backprop_paths = {}
 
@@ -191,11 +200,41 @@ class _Plan:
             for op in self.order:
                 if op in ancestors and any(t.op in reached for t in op.inputs):
                     reached.add(op)
-            path = [(op, gradient_function(op)) for op in reversed(self.order)
-                    if op in reached and op in ancestors]
-            path = [(op, gradient) for op, gradient in path if gradient is not None]
+            path, fused = [], set()
+            for op in reversed(self.order):
+                if op not in reached or op not in ancestors:
+                    continue
+                unit = self.member_of.get(op)
+                if unit is None:
+                    gradient = gradient_function(op)
+                    if gradient is not None:
+                        path.append((op, gradient))
+                elif unit not in fused:  # at its last op: every output gradient is in by then
+                    fused.add(unit)
+                    path.append((unit, unit.gradient))
             self.backprop_paths[gradients_op] = path
         return path
+
+
+def _sole_consumer(order, elements, feeds):
+    """tensor -> the one op of the plan that reads it, for tensors nothing else needs (not
+    fetched, not fed, read by one op of the plan, once); None for every other tensor."""
+    readers = {}
+    for op in order:
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+    pinned = {e for e in elements if isinstance(e, Tensor)} | set(feeds)
+
+    def sole_consumer(tensor):
+        ops = readers.get(tensor, ())
+        return ops[0] if len(ops) == 1 and tensor not in pinned else None
+    return sole_consumer
+
+
+def _fusable(order, can_die):
+    """Whether an op may be fused: it cannot see a dead branch, and no control edge touches it."""
+    controlling = {c for op in order for c in op.control_inputs}
+    return lambda op: op not in can_die and not op.control_inputs and op not in controlling
 
 
 class _Run:

@@ -18,6 +18,8 @@ fq_fpenv fq_fpenv_enter(void) {
     return csr;
 }
 
+fq_fpenv fq_fpenv_get(void) { return _mm_getcsr(); }
+
 void fq_fpenv_leave(fq_fpenv saved) { _mm_setcsr((unsigned int)saved); }
 
 #elif defined(__aarch64__)
@@ -35,12 +37,19 @@ fq_fpenv fq_fpenv_enter(void) {
     return fpcr;
 }
 
+fq_fpenv fq_fpenv_get(void) {
+    uint64_t fpcr;
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+    return fpcr;
+}
+
 void fq_fpenv_leave(fq_fpenv saved) { __asm__ __volatile__("msr fpcr, %0" : : "r"(saved)); }
 
 #else
 
 /* Other CPUs: no portable switch; denormals keep their IEEE meaning there (documented in README). */
 fq_fpenv fq_fpenv_enter(void) { return 0; }
+fq_fpenv fq_fpenv_get(void) { return 0; }
 void fq_fpenv_leave(fq_fpenv saved) { (void)saved; }
 
 #endif

@@ -10,6 +10,9 @@ typedef uint64_t fq_fpenv;
 /* Switches the calling thread to FTZ+DAZ, round to nearest, and returns the previous state for
    fq_fpenv_leave(). */
 fq_fpenv fq_fpenv_enter(void);
+/* The calling thread's state, unchanged. */
+fq_fpenv fq_fpenv_get(void);
+/* Puts back a state that fq_fpenv_enter or fq_fpenv_get returned. */
 void fq_fpenv_leave(fq_fpenv saved);
 
 #endif

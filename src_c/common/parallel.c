@@ -82,6 +82,7 @@ static struct {
     uint32_t items;
     int threads;             /* the caller and workers 1 .. threads - 1 take part */
     int backward;            /* owners walk their ranges from the back */
+    fq_fpenv env;            /* the caller's floating-point environment, the workers' for the call */
     uint32_t done;           /* items finished */
     uint32_t by_workers;     /* items workers ran */
     int sleepers;
@@ -134,8 +135,12 @@ static void run_items(int slot, int worker) {
             ++k;
             continue;
         }
-        /* Read before the items are counted done: from then on the caller may start a call. */
+        /* Read before the items are counted done: from then on the caller may start a call. A
+           worker runs the items under the call's floating-point environment (it started with
+           the process's default, and a worker that woke for one call may take items of the
+           next). */
         const uint32_t items = pool.items;
+        if (worker && fq_fpenv_get() != pool.env) fq_fpenv_leave(pool.env);
         pool.body(pool.context, first, first + count);
         if (worker) __atomic_add_fetch(&pool.by_workers, count, __ATOMIC_RELAXED);
         if (__atomic_add_fetch(&pool.done, count, __ATOMIC_SEQ_CST) == items &&
@@ -178,8 +183,7 @@ static void *worker_main(void *arg) {
         seen = next_generation(seen, index);
         if (retiring(index)) return NULL; /* joined by the reservation that retires it */
         if (index >= __atomic_load_n(&pool.threads, __ATOMIC_ACQUIRE)) continue;
-        /* Workers start with the process's default MXCSR/FPCR; the kernels need the call's. */
-        const fq_fpenv saved = fq_fpenv_enter();
+        const fq_fpenv saved = fq_fpenv_get();
         run_items(index, 1);
         fq_fpenv_leave(saved);
     }
@@ -330,6 +334,7 @@ static void parallel_for(int threads, size_t items, fq_range_fn body, void *cont
     pool.done = 0;
     pool.by_workers = 0;
     __atomic_store_n(&pool.backward, backward, __ATOMIC_RELEASE);
+    pool.env = fq_fpenv_get();
     __atomic_store_n(&pool.threads, threads, __ATOMIC_RELEASE);
     for (int slot = 0; slot < threads; ++slot)
         __atomic_store_n(&pool.range[slot].span,

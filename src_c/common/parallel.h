@@ -11,7 +11,7 @@ typedef void (*fq_range_fn)(void *context, size_t first, size_t end);
    workers claim runs of adjacent items, so results must not depend on which thread runs an item
    (items write disjoint outputs). One body(context, 0, items) on the calling thread when
    threads == 1, when no worker can be started, or while another call holds the pool. Workers run
-   under the floating-point environment of fq_fpenv_enter(). */
+   items under the caller's floating-point environment. */
 void fq_parallel_for(int threads, size_t items, fq_range_fn body, void *context);
 
 /* The same for a pass whose items the caller wants walked from the last to the first (body walks

@@ -206,6 +206,33 @@ fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w, s
 fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop, size_t multiplier,
                                        const fq_conv_geometry *geometry, float *w_backprop);
 
+/* --- Per-channel chains (float32): the scale, shifts and activation after a convolution (what the
+   fold of a batch norm into a layer leaves: contrib's post_conv_mul, correction_add, add_fold,
+   Relu6), in one pass, equal bit for bit to the unfused ops as numpy runs them (under the caller's
+   floating-point environment: denormals are not flushed). x is viewed as
+   [n / channels, channels]; scale, shift_a, shift_b have `channels` floats, or are NULL to leave
+   that step out. Arrays must not overlap. ---
+   y = activation(((x * scale) + shift_a) + shift_b), each operation rounded to float32; Relu is
+   max(v, 0) with NaN kept and -0 made +0, Relu6 is v < 0 ? 0 : (v > 6 ? 6 : v) (NaN and -0 kept). */
+typedef enum {
+    FQ_ACTIVATION_NONE = 0,
+    FQ_ACTIVATION_RELU = 1,
+    FQ_ACTIVATION_RELU6 = 2
+} fq_activation;
+
+fq_status fq_f32_channel_affine(const float *x, size_t n, size_t channels, const float *scale,
+                                const float *shift_a, const float *shift_b,
+                                fq_activation activation, float *y);
+/* Its gradient from y_backprop and the forward's output y: g = y_backprop * (1.0f where the
+   activation passes y, else 0.0f); x_backprop = scale * g (g without a scale); scale_backprop[c]
+   = the sum of g * x (each product rounded to float32), shift_backprop[c] = the sum of g, both
+   in float64 over fixed blocks of the data (a function of the shape), rounded once. Any of the
+   three outputs may be NULL (x may be NULL without scale_backprop). */
+fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, const float *y,
+                                     size_t n, size_t channels, const float *scale,
+                                     fq_activation activation, float *x_backprop,
+                                     float *scale_backprop, float *shift_backprop);
+
 #ifdef __cplusplus
 }
 #endif

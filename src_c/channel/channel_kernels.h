@@ -1,0 +1,43 @@
+/* Per-channel chain kernel interface (channel_api.c, channel_loops.h): the scale, shifts and
+   activation that follow a convolution, and their gradient. */
+#ifndef FQ_CHANNEL_KERNELS_H
+#define FQ_CHANNEL_KERNELS_H
+
+#include <stddef.h>
+
+#include "../include/fqcore.h"
+#include "../common/parallel.h"
+
+/* One call over x viewed as a flat array walked in tiles of `tile` floats (a whole number of
+   channel periods): the per-channel vectors come repeated over a tile, so every loop runs a whole
+   tile whatever the channel count. */
+typedef struct {
+    const float *x, *y, *dy;
+    float *out;
+    const float *scale, *shift_a, *shift_b; /* tiled; NULL: the step is left out */
+    fq_activation activation;
+    size_t n, tile;
+    size_t tiles_per_block;  /* gradient: the sums' fixed blocks of tiles */
+    double *partials;        /* gradient: per block, scale sums then shift sums, `tile` each */
+    float *scratch;          /* gradient: a tile per block */
+    int want_scale_sum, want_shift_sum;
+} fq_channel_job;
+
+/* One ISA's kernels: the forward over tiles [first, end), the gradient over blocks. */
+typedef struct {
+    fq_range_fn affine;
+    fq_range_fn affine_grad;
+} fq_channel_kernels;
+
+extern const fq_channel_kernels fq_channel__scalar;
+#ifdef FQ_BUILD_AVX2
+extern const fq_channel_kernels fq_channel__avx2;
+#endif
+#ifdef FQ_BUILD_AVX512
+extern const fq_channel_kernels fq_channel__avx512;
+#endif
+#ifdef FQ_BUILD_NEON
+extern const fq_channel_kernels fq_channel__neon;
+#endif
+
+#endif

@@ -1,0 +1,100 @@
+/* The per-channel chain kernels, written once as plain loops over a tile and compiled by each ISA
+   file with its own flags (channel_scalar.c, ...), which the compiler turns into vectors of that
+   ISA; each lane is its own element and -ffp-contract=off keeps every multiply and add rounded on
+   its own, so every ISA gives the same bits. Define FQ_CHANNEL_TABLE before including this file.
+
+   The steps are exactly numpy's on the unfused ops, so that the chain equals them bit for bit:
+   x * scale, + shift_a, + shift_b, each rounded to float32; Relu as np.maximum(v, 0) (NaN kept,
+   -0 becomes +0), Relu6 as np.clip(v, 0, 6) (NaN and -0 kept); the gradient multiplies dy by 1.0f
+   or 0.0f (so an infinite or NaN dy times 0 is NaN, as numpy's g * mask). */
+#include <stddef.h>
+
+#include "channel_kernels.h"
+
+/* The loops, each over restrict-qualified operands and free of branches the vectorizer cannot
+   turn into selects. */
+static void multiply(float *restrict y, const float *restrict a, const float *restrict b, size_t n) {
+    for (size_t k = 0; k < n; ++k) y[k] = a[k] * b[k];
+}
+
+static void copy(float *restrict y, const float *restrict x, size_t n) {
+    for (size_t k = 0; k < n; ++k) y[k] = x[k];
+}
+
+static void add_to(float *restrict y, const float *restrict a, size_t n) {
+    for (size_t k = 0; k < n; ++k) y[k] = y[k] + a[k];
+}
+
+static void relu(float *restrict y, size_t n) {
+    for (size_t k = 0; k < n; ++k) y[k] = (y[k] > 0.0f || y[k] != y[k]) ? y[k] : 0.0f;
+}
+
+static void relu6(float *restrict y, size_t n) {
+    for (size_t k = 0; k < n; ++k) {
+        const float v = y[k];
+        y[k] = v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v);
+    }
+}
+
+static void pass_relu(float *restrict g, const float *restrict dy, const float *restrict y, size_t n) {
+    for (size_t k = 0; k < n; ++k) g[k] = dy[k] * (y[k] > 0.0f ? 1.0f : 0.0f);
+}
+
+static void pass_relu6(float *restrict g, const float *restrict dy, const float *restrict y,
+                       size_t n) {
+    for (size_t k = 0; k < n; ++k) g[k] = dy[k] * ((y[k] > 0.0f && y[k] < 6.0f) ? 1.0f : 0.0f);
+}
+
+static void sum_products(double *restrict sum, const float *restrict a, const float *restrict b,
+                         size_t n) {
+    for (size_t k = 0; k < n; ++k) sum[k] += (double)(a[k] * b[k]);
+}
+
+static void sum_values(double *restrict sum, const float *restrict a, size_t n) {
+    for (size_t k = 0; k < n; ++k) sum[k] += (double)a[k];
+}
+
+static void affine_tiles(void *context, size_t first, size_t end) {
+    const fq_channel_job *job = context;
+    for (size_t tile = first; tile < end; ++tile) {
+        const size_t start = tile * job->tile;
+        const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
+        float *y = job->out + start;
+        if (job->scale != NULL) multiply(y, job->x + start, job->scale, len);
+        else copy(y, job->x + start, len);
+        if (job->shift_a != NULL) add_to(y, job->shift_a, len);
+        if (job->shift_b != NULL) add_to(y, job->shift_b, len);
+        if (job->activation == FQ_ACTIVATION_RELU) relu(y, len);
+        else if (job->activation == FQ_ACTIVATION_RELU6) relu6(y, len);
+    }
+}
+
+/* Block b: x_backprop over its tiles, and its partial sums per tile position (float64); g, the
+   gradient after the activation, goes through the block's scratch tile. */
+static void affine_grad_blocks(void *context, size_t first_block, size_t end_block) {
+    const fq_channel_job *job = context;
+    const size_t tiles = (job->n + job->tile - 1) / job->tile;
+    for (size_t block = first_block; block < end_block; ++block) {
+        double *scale_sum = job->partials + 2 * block * job->tile, *shift_sum = scale_sum + job->tile;
+        float *g = job->scratch + block * job->tile;
+        for (size_t k = 0; k < 2 * job->tile; ++k) scale_sum[k] = 0.0;
+        const size_t first = block * job->tiles_per_block;
+        const size_t end = first + job->tiles_per_block < tiles ? first + job->tiles_per_block : tiles;
+        for (size_t tile = first; tile < end; ++tile) {
+            const size_t start = tile * job->tile;
+            const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
+            const float *dy = job->dy + start;
+            if (job->activation == FQ_ACTIVATION_RELU) pass_relu(g, dy, job->y + start, len);
+            else if (job->activation == FQ_ACTIVATION_RELU6) pass_relu6(g, dy, job->y + start, len);
+            else copy(g, dy, len);
+            if (job->out != NULL) {
+                if (job->scale != NULL) multiply(job->out + start, job->scale, g, len);
+                else copy(job->out + start, g, len);
+            }
+            if (job->want_scale_sum) sum_products(scale_sum, g, job->x + start, len);
+            if (job->want_shift_sum) sum_values(shift_sum, g, len);
+        }
+    }
+}
+
+const fq_channel_kernels FQ_CHANNEL_TABLE = {affine_tiles, affine_grad_blocks};

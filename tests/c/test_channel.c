@@ -1,0 +1,147 @@
+/* C test harness, per-channel chains (fq_f32_channel_affine and its gradient): every ISA and thread
+   count against scalar on one thread, bit for bit; the forward and x_backprop against a reference
+   written from fqcore.h's rules, bit for bit (NaN, infinities, -0 and denormals among the inputs);
+   the sums against float64; guards around every output; statuses. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fqcore.h"
+#include "harness.h"
+
+#define GUARD ((size_t)16)
+#define GUARD_BITS 0x7fa5a5a5u
+
+static const uint32_t special_bits[] = {0x7fc00000u, 0xffc00000u, 0x7f800000u, 0xff800000u,
+                                        0x80000000u, 0x00000000u, 0x40c00000u, 0xc0c00000u,
+                                        0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x3f800000u};
+#define N_SPECIAL (sizeof special_bits / sizeof special_bits[0])
+
+static float *guarded(size_t n) {
+    float *buf = xmalloc_aligned((2 * GUARD + n) * sizeof(float));
+    for (size_t i = 0; i < 2 * GUARD + n; ++i) buf[i] = from_bits(GUARD_BITS);
+    return buf + GUARD;
+}
+
+static int intact(const float *data, size_t n) {
+    for (size_t i = 0; i < GUARD; ++i)
+        if (to_bits(data[-1 - (long)i]) != GUARD_BITS || to_bits(data[n + i]) != GUARD_BITS) return 0;
+    return 1;
+}
+
+static float *values(size_t n, int specials) {
+    float *a = xmalloc_aligned(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; ++i) a[i] = unif(-8.0f, 8.0f);
+    if (specials)
+        for (size_t k = 0; k < n / 7 + 1 && n; ++k) a[below(n)] = from_bits(special_bits[below(N_SPECIAL)]);
+    return a;
+}
+
+static float ref_forward(float v, size_t c, const float *scale, const float *a, const float *b,
+                         fq_activation act) {
+    if (scale) v = v * scale[c];
+    if (a) v = v + a[c];
+    if (b) v = v + b[c];
+    if (act == FQ_ACTIVATION_RELU) return (v > 0.0f || isnan(v)) ? v : 0.0f;
+    if (act == FQ_ACTIVATION_RELU6) return v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v);
+    return v;
+}
+
+static float ref_pass(float dy, float y, fq_activation act) {
+    if (act == FQ_ACTIVATION_RELU) return dy * (y > 0.0f ? 1.0f : 0.0f);
+    if (act == FQ_ACTIVATION_RELU6) return dy * ((y > 0.0f && y < 6.0f) ? 1.0f : 0.0f);
+    return dy;
+}
+
+static int bits_equal(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        if (!same(a[i], b[i])) return 0;
+    return 1;
+}
+
+static void check(size_t rows, size_t channels, int with_scale, int shifts, fq_activation act) {
+    const size_t n = rows * channels;
+    float *x = values(n, 1), *dy = values(n, 1);
+    float *scale = with_scale ? values(channels, 0) : NULL;
+    float *a = shifts > 0 ? values(channels, 0) : NULL, *b = shifts > 1 ? values(channels, 0) : NULL;
+    float *ref_y = xmalloc_aligned(n * sizeof(float) + 1), *ref_dx = xmalloc_aligned(n * sizeof(float) + 1);
+    double *sum_s = calloc(channels + 1, sizeof(double)), *sum_b = calloc(channels + 1, sizeof(double));
+    for (size_t i = 0; i < n; ++i) {
+        const size_t c = i % channels;
+        ref_y[i] = ref_forward(x[i], c, scale, a, b, act);
+        const float g = ref_pass(dy[i], ref_y[i], act);
+        ref_dx[i] = scale ? scale[c] * g : g;
+        sum_s[c] += (double)(g * x[i]);
+        sum_b[c] += (double)g;
+    }
+    char where[120];
+    snprintf(where, sizeof where, "rows %zu channels %zu scale %d shifts %d activation %d", rows,
+             channels, with_scale, shifts, (int)act);
+    float *y0 = guarded(n), *dx0 = guarded(n), *ds0 = guarded(channels), *db0 = guarded(channels);
+    set_isa_threads(FQ_ISA_SCALAR, 1);
+    expect(fq_f32_channel_affine(x, n, channels, scale, a, b, act, y0) == FQ_OK, "%s: status", where);
+    expect(bits_equal(y0, ref_y, n) && intact(y0, n), "%s: forward differs from the reference", where);
+    expect(fq_f32_channel_affine_grad(dy, x, y0, n, channels, scale, act, dx0, ds0, db0) == FQ_OK,
+           "%s: gradient status", where);
+    expect(bits_equal(dx0, ref_dx, n) && intact(dx0, n), "%s: x_backprop differs from the reference", where);
+    int sums_ok = intact(ds0, channels) && intact(db0, channels);
+    for (size_t c = 0; c < channels; ++c) {
+        const double fs = (double)(float)sum_s[c], fb = (double)(float)sum_b[c];
+        sums_ok &= (isnan(fs) && isnan(ds0[c])) || fs == ds0[c] || fabs(fs - ds0[c]) <= 1e-6 * fabs(fs);
+        sums_ok &= (isnan(fb) && isnan(db0[c])) || fb == db0[c] || fabs(fb - db0[c]) <= 1e-6 * fabs(fb);
+    }
+    expect(sums_ok, "%s: sums differ from float64", where);
+    for (int k = 0; k < n_isas; ++k)
+        for (int threads = 1; threads <= THREADS_MAX; ++threads) {
+            if (isas[k] == FQ_ISA_SCALAR && threads == 1) continue;
+            set_isa_threads(isas[k], threads);
+            float *y = guarded(n), *dx = guarded(n), *ds = guarded(channels), *db = guarded(channels);
+            fq_f32_channel_affine(x, n, channels, scale, a, b, act, y);
+            fq_f32_channel_affine_grad(dy, x, y, n, channels, scale, act, dx, ds, db);
+            expect(bits_equal(y, y0, n) && bits_equal(dx, dx0, n) && bits_equal(ds, ds0, channels) &&
+                       bits_equal(db, db0, channels) && intact(y, n) && intact(dx, n) &&
+                       intact(ds, channels) && intact(db, channels),
+                   "%s on %s, %d threads: differs from scalar", where, fq_isa_name(isas[k]), threads);
+            free(y - GUARD); free(dx - GUARD); free(ds - GUARD); free(db - GUARD);
+        }
+    set_isa_threads(FQ_ISA_SCALAR, 1);
+    free(y0 - GUARD); free(dx0 - GUARD); free(ds0 - GUARD); free(db0 - GUARD);
+    free(x); free(dy); free(scale); free(a); free(b); free(ref_y); free(ref_dx); free(sum_s); free(sum_b);
+}
+
+static void test_shapes(void) {
+    static const size_t channel_counts[] = {1, 3, 15, 16, 17, 32, 64, 100, 1023, 1024, 1500};
+    for (size_t k = 0; k < sizeof channel_counts / sizeof channel_counts[0]; ++k)
+        for (int act = 0; act <= FQ_ACTIVATION_RELU6; ++act)
+            for (int form = 0; form < 6; ++form)
+                check(1 + below(40), channel_counts[k], form % 2, form / 2, (fq_activation)act);
+}
+
+/* Enough data for several threads and blocks of the sums. */
+static void test_large(void) {
+    check(8192, 32, 1, 2, FQ_ACTIVATION_RELU6);
+    check(2000, 100, 1, 1, FQ_ACTIVATION_RELU);
+    check(300, 1500, 0, 2, FQ_ACTIVATION_NONE);
+}
+
+static void test_statuses(void) {
+    float x[8] = {0}, y[8], v[4] = {0};
+    expect(fq_f32_channel_affine(x, 8, 3, v, NULL, NULL, FQ_ACTIVATION_NONE, y) == FQ_ERR_BAD_SHAPE, "8 %% 3");
+    expect(fq_f32_channel_affine(x, 8, 0, NULL, NULL, NULL, FQ_ACTIVATION_NONE, y) == FQ_ERR_BAD_SHAPE, "0 channels");
+    expect(fq_f32_channel_affine(x, 8, 4, NULL, NULL, NULL, (fq_activation)7, y) == FQ_ERR_BAD_SHAPE, "activation 7");
+    expect(fq_f32_channel_affine(NULL, 8, 4, NULL, NULL, NULL, FQ_ACTIVATION_NONE, y) == FQ_ERR_NULL_POINTER, "NULL x");
+    expect(fq_f32_channel_affine_grad(x, NULL, y, 8, 4, NULL, FQ_ACTIVATION_NONE, NULL, v, NULL) ==
+               FQ_ERR_NULL_POINTER, "scale_backprop without x");
+    expect(fq_f32_channel_affine(NULL, 0, 4, NULL, NULL, NULL, FQ_ACTIVATION_RELU, NULL) == FQ_OK, "empty");
+}
+
+int main(void) {
+    static const harness_section sections[] = {
+        {"statuses", test_statuses},
+        {"shapes x forms, threads 1..4", test_shapes},
+        {"large, threads 1..4", test_large},
+    };
+    return harness_main("C kernel harness (per-channel chain)", sections, sizeof sections / sizeof sections[0]);
+}

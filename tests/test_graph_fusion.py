@@ -1,0 +1,147 @@
+"""Plan-time fusion (fqcore/graph/fusion.py): which runs of ops become one kernel call, and that a
+fused run gives the unfused ops' forward values bit for bit and their gradients to float32's
+precision (its sums are float64, numpy's float32)."""
+import numpy as np
+import pytest
+
+import fqcore
+import fqcore.graph as G
+from fqcore.graph import fusion
+
+
+def _unfused(monkeypatch):
+    """Plans built from now on keep every op as it is."""
+    monkeypatch.setattr(fusion, "fuse", lambda order, sole_consumer, fusable: list(order))
+
+
+def _gradients(g, loss, xs):
+    return g.create_op("Gradients", [loss] + list(xs), name="gradients").outputs
+
+
+SPECIAL = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 6.0, -6.0, 1e-42, -1e-42, 3e38],
+                   np.float32)
+
+
+def _chain_graph(kind, activation, channels=8):
+    """x [4, 5, 3, C] through one of the chains, then L = sum(out * w); with the gradient of L
+    with respect to x and to every vector."""
+    rng = np.random.default_rng(channels)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [None, 5, 3, channels], name="x")
+        vectors = [G.placeholder("float32", [channels], name=f"v{i}") for i in range(3)]
+        if kind == "fold":          # contrib: post_conv_mul, correction_add, add_fold
+            y = G.add(G.add(G.multiply(vectors[0], x), vectors[1]), vectors[2])
+        elif kind == "scale_shift":
+            y = G.add(vectors[1], G.multiply(x, vectors[0]))
+        elif kind == "bias":
+            y = G.bias_add(x, vectors[1])
+        else:                       # two shifts, no scale
+            y = G.add(G.add(x, vectors[1]), vectors[2])
+        if activation == "Relu6":
+            y = G.relu6(y)
+        elif activation == "Relu":
+            y = G.relu(y)
+        w = rng.standard_normal((4, 5, 3, channels)).astype(np.float32)
+        loss = G.reduce_sum(G.multiply(y, G.constant(w)), name="L")
+        grads = _gradients(g, loss, [x] + vectors)
+    feeds = {x: (rng.standard_normal((4, 5, 3, channels)) * 4).astype(np.float32)}
+    feeds[x].flat[:len(SPECIAL)] = SPECIAL
+    feeds.update({v: rng.standard_normal(channels).astype(np.float32) for v in vectors})
+    return g, y, grads, feeds
+
+
+def _fused_units(session):
+    plan = max(session._plans.values(), key=lambda p: len(p.steps))
+    return [unit for unit, *_ in plan.steps if isinstance(unit, fusion.FusedChannelChain)]
+
+
+@pytest.mark.parametrize("kind", ["fold", "scale_shift", "bias", "shifts"])
+@pytest.mark.parametrize("activation", [None, "Relu", "Relu6"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_fused_chain_equals_the_unfused_ops(monkeypatch, kind, activation, threads):
+    if kind == "bias" and activation is None:
+        pytest.skip("a BiasAdd alone is one op: nothing to fuse")
+    previous = fqcore.get_num_threads()
+    fqcore.set_num_threads(threads)
+    try:
+        g, y, grads, feeds = _chain_graph(kind, activation)
+        session = G.Session(g)
+        with np.errstate(invalid="ignore"):
+            fused = session.run([y] + grads, feeds)
+        assert len(_fused_units(session)) == 1
+        _unfused(monkeypatch)
+        with np.errstate(invalid="ignore"):
+            plain = G.Session(g).run([y] + grads, feeds)
+    finally:
+        fqcore.set_num_threads(previous)
+    # The forward, and dx (products, no sums): the same bits.
+    np.testing.assert_array_equal(fused[0].view(np.uint32), plain[0].view(np.uint32))
+    np.testing.assert_array_equal(fused[1].view(np.uint32), plain[1].view(np.uint32))
+    # The vectors' gradients are sums over 60 pixels.
+    for a, b in zip(fused[2:], plain[2:]):
+        finite = np.isfinite(b)
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        np.testing.assert_allclose(a[finite], b[finite], rtol=2e-5, atol=1e-5)
+
+
+def test_the_demo_graph_fuses_each_folded_layer_and_trains_the_same(monkeypatch):
+    """contrib's rewrite of the demo model: the four folded layers' chains (post_conv_mul ->
+    correction_add -> add_fold -> Relu6) run as one call each; one training step gives the same
+    loss and updates, to float32's precision."""
+    from fqcore import demo
+    from fqcore.datasets import load_digits
+    data = load_digits()
+    feeds_of = lambda t: {t.images: data.x_train[:64], t.labels: data.y_train[:64]}  # noqa: E731
+    fused = demo.training_setup(quantized=True, learning_rate=0.01)
+    loss_fused = fused.session.run([fused.train_op, fused.updates, fused.loss], feeds_of(fused))[2]
+    units = _fused_units(fused.session)
+    assert sorted(u.ops[0].name for u in units) == [
+        "block1/dw/post_conv_mul", "block1/pw/post_conv_mul", "conv1/post_conv_mul",
+        "conv2/post_conv_mul"]
+    assert {tuple(op.type for op in u.ops) for u in units} <= {
+        ("Mul", "AddV2", "AddV2", "Relu6"), ("Mul", "AddV2", "AddV2")}
+    _unfused(monkeypatch)
+    plain = demo.training_setup(quantized=True, learning_rate=0.01)
+    loss_plain = plain.session.run([plain.train_op, plain.updates, plain.loss], feeds_of(plain))[2]
+    assert loss_fused == loss_plain  # the forward is bit for bit
+    a, b = fused.session.variable_values(), plain.session.variable_values()
+    for name in b:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_runs_that_something_else_reads_are_not_fused():
+    """A fetched intermediate, a second reader, or a control edge keeps the ops apart."""
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [2, 4], name="x")
+        v = G.constant(np.ones(4, np.float32))
+        scaled = G.multiply(x, v)
+        out = G.relu6(G.add(scaled, v))
+        other = G.relu(G.add(G.multiply(x, v), v))
+        twice = G.add(G.multiply(x, v, name="read_twice"), v)
+        extra = G.multiply(twice.op.inputs[0], G.constant(2.0))
+        with G.control_dependencies([other.op.inputs[0].op]):
+            marker = G.identity(x)
+    feeds = {x: np.ones((2, 4), np.float32)}
+
+    def fused_types(fetches):
+        session = G.Session(g)
+        session.run(fetches, feeds)
+        return [[op.type for op in unit.ops] for unit in _fused_units(session)]
+    assert fused_types([out, scaled]) == [["AddV2", "Relu6"]]   # `scaled` is fetched: not the Mul
+    assert fused_types([other, marker]) == []                   # a control edge on the Add
+    assert fused_types([twice, extra]) == []                    # the Mul's output has two readers
+    assert fused_types(out) == [["Mul", "AddV2", "Relu6"]]
+
+
+def test_float64_and_mismatched_vectors_are_not_fused():
+    g = G.Graph()
+    with g.as_default():
+        x64 = G.placeholder("float64", [2, 4], name="x64")
+        y64 = G.relu(G.add(x64, G.constant(np.ones(4))))
+        x = G.placeholder("float32", [2, 4], name="x")
+        y = G.relu(G.add(x, G.constant(np.ones((2, 4), np.float32))))  # not a [C] vector
+    session = G.Session(g)
+    session.run([y64, y], {x64: np.ones((2, 4)), x: np.ones((2, 4), np.float32)})
+    assert not _fused_units(session)
