@@ -11,7 +11,7 @@ from fqcore.graph import fusion
 
 def _unfused(monkeypatch):
     """Plans built from now on keep every op as it is."""
-    monkeypatch.setattr(fusion, "fuse", lambda order, sole_consumer, fusable: list(order))
+    monkeypatch.setattr(fusion, "fuse", lambda order, *rules: list(order))
 
 
 def _gradients(g, loss, xs):
@@ -145,3 +145,32 @@ def test_float64_and_mismatched_vectors_are_not_fused():
     session = G.Session(g)
     session.run([y64, y], {x64: np.ones((2, 4)), x: np.ones((2, 4), np.float32)})
     assert not _fused_units(session)
+
+
+@pytest.mark.parametrize("kernel, strides, padding", [((3, 3), (1, 1), "SAME"), ((3, 3), (2, 2), "SAME"),
+                                                       ((1, 1), (1, 1), "VALID"), ((2, 3), (2, 1), "VALID")])
+def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, strides, padding):
+    """Two Conv2Ds of the same input with the same geometry (the fold's pair) compute its windows
+    once, keep them for their gradients, and give the unfused ops' results bit for bit."""
+    rng = np.random.default_rng(5)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [3, 7, 6, 4], name="x")
+        w1 = G.placeholder("float32", list(kernel) + [4, 5], name="w1")
+        w2 = G.placeholder("float32", list(kernel) + [4, 6], name="w2")
+        w3 = G.placeholder("float32", [1, 1, 4, 2], name="w3")  # another geometry: its own windows
+        outs = [G.conv2d(x, w, strides=list(strides), padding=padding) for w in (w1, w2)]
+        outs.append(G.conv2d(x, w3, strides=[1, 1], padding="SAME"))
+        loss = G.add(G.add(G.reduce_sum(G.multiply(outs[0], outs[0])), G.reduce_sum(outs[1])),
+                     G.reduce_sum(G.multiply(outs[2], outs[2])))
+        grads = _gradients(g, loss, [x, w1, w2, w3])
+    feeds = {t: rng.standard_normal([d for d in t.shape]).astype(np.float32) for t in (x, w1, w2, w3)}
+    session = G.Session(g)
+    fused = session.run(outs + grads, feeds)
+    plan = max(session._plans.values(), key=lambda p: len(p.steps))
+    convs = [unit for unit, *_ in plan.steps if isinstance(unit, fusion.ColumnsConv2D)]
+    assert [unit.shared for unit in convs] == [False, True, False]
+    _unfused(monkeypatch)
+    plain = G.Session(g).run(outs + grads, feeds)
+    for a, b in zip(fused, plain):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))

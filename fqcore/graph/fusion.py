@@ -1,30 +1,57 @@
-"""Plan-time fusion: runs of ops in a Session plan that one kernel call can do, each replaced in
-the plan (forward steps and reverse mode alike) by a unit that stands for the ops. The graph
-itself is untouched: names, collections and checkpoints stay as they are.
+"""Plan-time fusion: work in a Session plan that fewer, larger calls can do, each replaced in the
+plan (forward steps and reverse mode alike) by a unit that stands for its ops. The graph itself is
+untouched: names, collections and checkpoints stay as they are. Two kinds so far:
 
-The one pattern so far is the per-channel chain that follows a convolution, as the fold of a
-batch norm leaves it (contrib's post_conv_mul -> correction_add -> add_fold -> Relu6) or as a
-layer with a bias writes it (BiasAdd -> Relu): a float32 tensor [..., C] times a [C] vector,
-plus up to two [C] vectors, then Relu or Relu6, in any run of two or more of those steps. It
-becomes fqcore.channel_affine (fq_f32_channel_affine), whose forward equals the ops bit for bit
-and whose gradient differs only in the order of its sums (float64, where numpy sums in float32).
-A run is fused only when nothing else reads its intermediate tensors: no op of the plan outside
-it, no fetch, no feed, and no op that a dead branch (Switch) can reach."""
+- FusedChannelChain: the per-channel chain that follows a convolution, as the fold of a batch
+  norm leaves it (contrib's post_conv_mul -> correction_add -> add_fold -> Relu6) or as a layer
+  with a bias writes it (BiasAdd -> Relu): a float32 tensor [..., C] times a [C] vector, plus up
+  to two [C] vectors, then Relu or Relu6, in any run of two or more of those steps, as one call of
+  fq_f32_channel_affine. Its forward equals the ops bit for bit; its gradient differs only in the
+  order of its sums (float64, where numpy sums in float32). A run is fused only when nothing else
+  reads its intermediate tensors: no op of the plan outside it, no fetch, no feed, and no op that
+  a dead branch (Switch) can reach.
+- ColumnsConv2D: a float32 Conv2D that keeps the windows it multiplies (conv2d_columns) for its
+  gradient, and shares them with the other Conv2Ds of the plan that read the same input with the
+  same geometry (the fold's two convolutions of a layer's input): one im2col where there were up
+  to four, the same bits (a copy is a copy)."""
 import numpy as np
 
 from .. import _kernels
+from . import nn_numpy
 
 FLOAT32 = np.dtype(np.float32)
 _ADDS = ("AddV2", "Add")
 _ACTIVATIONS = ("Relu", "Relu6")
 
 
-class FusedChannelChain:
-    """A fused run of ops, as the engine sees an operation: name, type, inputs, outputs and
-    control_inputs, with forward(op, inputs, ctx) and gradient(op, inputs, outputs, grads)."""
+class Unit:
+    """What the engine sees of a unit: an operation's name, type, inputs, outputs and
+    control_inputs, forward(op, inputs, ctx) and gradient(op, inputs, outputs, grads); `ops`, the
+    graph's ops it stands for, the last of them where it runs. Its inputs and outputs may include
+    values that are not tensors of the graph (Hidden): what it passes to itself or to another
+    unit."""
+
+    control_inputs = ()
+
+    def __repr__(self):
+        return f"<{type(self).__name__} of {[op.name for op in self.ops]}>"
+
+
+class Hidden:
+    """A value in a run that no tensor of the graph names."""
+
+    def __init__(self, name):
+        self.name = name
+        self.dtype = FLOAT32
+
+    def __repr__(self):
+        return f"<Hidden {self.name}>"
+
+
+class FusedChannelChain(Unit):
+    """A run of per-channel ops as one call (see the module docstring)."""
 
     type = "FusedChannelChain"
-    control_inputs = ()
 
     def __init__(self, ops, x, scale, shifts, activation):
         self.ops = ops
@@ -33,9 +60,6 @@ class FusedChannelChain:
         self.inputs = [x] + ([scale] if scale is not None else []) + shifts
         self.outputs = [ops[-1].outputs[0]]
         self.channels = x.shape[-1]
-
-    def __repr__(self):
-        return f"<FusedChannelChain of {[op.name for op in self.ops]}>"
 
     def _vectors(self, inputs):
         rest = list(inputs[1:])
@@ -105,24 +129,68 @@ def _scale_of(op, channels):
     return None
 
 
-def fuse(order, sole_consumer, fusable):
+class ColumnsConv2D(Unit):
+    """A float32 Conv2D that keeps its input's windows for its gradient (an extra output), or
+    takes them from the first Conv2D of the plan that read the same input the same way (an extra
+    input), instead of computing them again."""
+
+    type = "Conv2D"
+
+    def __init__(self, op, args, owner=None):
+        self.ops = [op]
+        self.name = op.name
+        self.args = args
+        self.shared = owner is not None
+        self.columns = owner.columns if self.shared else Hidden(f"{op.name}/columns")
+        self.inputs = list(op.inputs) + ([self.columns] if self.shared else [])
+        self.outputs = list(op.outputs) + ([] if self.shared else [self.columns])
+
+    def forward(self, op, inputs, ctx):
+        x, w = inputs[0], inputs[1]
+        cols = inputs[2] if self.shared else nn_numpy.conv2d_columns(x, w.shape, **self.args)
+        y = nn_numpy.conv2d(x, w, cols=cols, **self.args)
+        return (y,) if self.shared else (y, cols)
+
+    def gradient(self, op, inputs, outputs, grads):
+        cols = inputs[2] if self.shared else outputs[1]
+        dx, dw = nn_numpy.conv2d_grad(inputs[0], inputs[1], grads[0], cols=cols, **self.args)
+        return [dx, dw] + ([None] if self.shared else [])
+
+
+def fuse(order, sole_consumer, fusable, conv_args):
     """`order` (the plan's ops) with each fusable run replaced by one unit. sole_consumer(tensor)
     gives the one op of the plan that reads a tensor nothing else needs (else None); fusable(op)
-    says whether an op may join a run (it cannot die on a dead branch)."""
-    units, taken = [], set()
+    says whether an op may join a unit (it cannot die on a dead branch); conv_args(op) gives a
+    Conv2D's strides, padding and dilations."""
+    units, taken, owners = [], set(), {}
     for op in order:
         if op in taken:
             continue
-        chain = _chain_from(op, sole_consumer, fusable)
-        if chain is None:
+        unit = _chain_from(op, sole_consumer, fusable) or _columns_conv(op, fusable, conv_args,
+                                                                         owners)
+        if unit is None:
             units.append(op)
             continue
-        taken.update(chain.ops)
-        units.append(chain)
+        taken.update(unit.ops)
+        units.append(unit)
     # A unit runs where its last op ran: every input of every member is computed by then.
     position = {op: i for i, op in enumerate(order)}
-    return sorted(units, key=lambda u: position[u.ops[-1]] if isinstance(u, FusedChannelChain)
-                  else position[u])
+    return sorted(units, key=lambda u: position[u.ops[-1]] if isinstance(u, Unit) else position[u])
+
+
+def _columns_conv(op, fusable, conv_args, owners):
+    """A ColumnsConv2D for a float32 Conv2D that takes TF's gradient, sharing the columns of an
+    earlier one with the same input and geometry (`owners`, filled here)."""
+    if op.type != "Conv2D" or not fusable(op) or "_gradient_op_type" in op.attrs:
+        return None
+    x, w = op.inputs
+    if x.dtype != FLOAT32 or w.dtype != FLOAT32 or w.shape is None or None in w.shape[:3]:
+        return None
+    args = conv_args(op)
+    key = (x, tuple(w.shape[:3]), args["strides"], args["padding"], args["dilations"])
+    unit = ColumnsConv2D(op, args, owners.get(key))
+    owners.setdefault(key, unit)
+    return unit
 
 
 def _chain_from(op, sole_consumer, fusable):

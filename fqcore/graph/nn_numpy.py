@@ -166,10 +166,17 @@ def _kernel_geometry(x_shape, kernel, oh, ow, strides, dilations, pads):
     return (*x_shape, *kernel, oh, ow, *strides, *dilations, pads[0], pads[2])
 
 
+def _pointwise(w_shape, strides):
+    """A 1x1 kernel at stride 1 reads each pixel once, in place: its columns are x itself."""
+    return w_shape[:2] == (1, 1) and strides == (1, 1)
+
+
 def _im2col(x, w_shape, oh, ow, pads, strides, dilations):
     """[N*OH*OW, KH*KW*C]: row p holds output pixel p's window, in the (kh, kw, c) order of an HWIO
     filter flattened to [KH*KW*C, O] so that one matmul is the whole convolution."""
     columns = w_shape[0] * w_shape[1] * w_shape[2]
+    if _pointwise(w_shape, strides):
+        return np.ascontiguousarray(x).reshape(-1, columns)
     if x.dtype == np.float32:
         cols = np.empty((x.shape[0] * oh * ow, columns), np.float32)
         _kernels.im2col(np.ascontiguousarray(x).reshape(-1),
@@ -183,6 +190,8 @@ def _im2col(x, w_shape, oh, ow, pads, strides, dilations):
 def _col2im(dcols, x_shape, kernel, oh, ow, pads, strides, dilations, dtype):
     """dx [N, H, W, C]: the adjoint of _im2col, each element the sum of its window entries in
     kernel-position order."""
+    if _pointwise(kernel, strides):
+        return dcols.reshape(x_shape)
     if dtype == np.float32:
         dx = np.empty(x_shape, np.float32)
         _kernels.col2im(dcols.reshape(-1),
@@ -195,23 +204,46 @@ def _col2im(dcols, x_shape, kernel, oh, ow, pads, strides, dilations, dtype):
     return _scatter(pieces, x_shape, pads, strides, dilations, dtype)
 
 
-def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
-    """TF Conv2D, NHWC: x [N, H, W, C], w [KH, KW, C, O] -> y [N, OH, OW, O]."""
+def conv2d_columns(x, kernel_shape, strides=(1, 1), padding="SAME", dilations=(1, 1)):
+    """The [N*OH*OW, KH*KW*C] windows conv2d multiplies with a filter of `kernel_shape` (KH, KW,
+    C, O): computed once, they can serve several filters on the same input and their gradients
+    (the `cols` argument of conv2d and conv2d_grad)."""
+    x = _input(x, "x")
+    kernel_shape = tuple(int(d) for d in kernel_shape)
+    strides, dilations = _pair(strides, "strides"), _pair(dilations, "dilations")
+    oh, ow, pads = _geometry(x.shape, kernel_shape[:2], strides, dilations, _padding(padding))
+    return _im2col(x, kernel_shape, oh, ow, pads, strides, dilations)
+
+
+def _checked_cols(cols, x, w, oh, ow):
+    if cols.shape != (x.shape[0] * oh * ow, w.shape[0] * w.shape[1] * w.shape[2]) or \
+            cols.dtype != x.dtype:
+        raise ValueError(f"cols must be conv2d_columns of x for this filter, got {cols.dtype} "
+                         f"{cols.shape}")
+    return cols
+
+
+def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
+    """TF Conv2D, NHWC: x [N, H, W, C], w [KH, KW, C, O] -> y [N, OH, OW, O]; `cols`, when given,
+    are conv2d_columns(x, w.shape, ...), which this call then does not compute again."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
-    cols = _im2col(x, w.shape, oh, ow, pads, strides, dilations)
+    cols = (_im2col(x, w.shape, oh, ow, pads, strides, dilations) if cols is None
+            else _checked_cols(cols, x, w, oh, ow))
     y = np.matmul(cols, w.reshape(-1, w.shape[3]))
     return y.reshape(x.shape[0], oh, ow, w.shape[3])
 
 
-def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1)):
-    """(dx, dw) of conv2d given dy = dL/dy [N, OH, OW, O]."""
+def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
+    """(dx, dw) of conv2d given dy = dL/dy [N, OH, OW, O] (and, when given, its `cols`)."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
     o = w.shape[3]
     dy = _other(dy, "dy", x.dtype)
     _same_shape(dy, "dy", (x.shape[0], oh, ow, o))
     dy2 = np.ascontiguousarray(dy).reshape(-1, o)
     w2 = w.reshape(-1, o)
-    dw = np.matmul(_im2col(x, w.shape, oh, ow, pads, strides, dilations).T, dy2).reshape(w.shape)
+    cols = (_im2col(x, w.shape, oh, ow, pads, strides, dilations) if cols is None
+            else _checked_cols(cols, x, w, oh, ow))
+    dw = np.matmul(cols.T, dy2).reshape(w.shape)
     dx = _col2im(np.matmul(dy2, w2.T), x.shape, w.shape[:2], oh, ow, pads, strides, dilations,
                  x.dtype)
     return dx, dw

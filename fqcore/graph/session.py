@@ -7,6 +7,7 @@ import numpy as np
 from . import fusion
 from .core import Operation, Tensor
 from .op_defs.control import DEAD
+from .op_defs.nn import conv_args
 from .op_registry import gradient_function, op_def
 from .run_threads import RunThreads
 
@@ -171,11 +172,11 @@ class _Plan:
                     c in can_die for c in op.control_inputs):
                 can_die.add(op)
         units = fusion.fuse(order, _sole_consumer(order, elements, feeds),
-                            _fusable(order, can_die))
-        self.member_of = {op: unit for unit in units if isinstance(unit, fusion.FusedChannelChain)
+                            _fusable(order, can_die), conv_args)
+        self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
                           for op in unit.ops}
         self.steps = [(unit, unit.forward, unit.inputs, unit.outputs, (), False)
-                      if isinstance(unit, fusion.FusedChannelChain) else
+                      if isinstance(unit, fusion.Unit) else
                       (unit, op_def(unit.type).forward, unit.inputs, unit.outputs,
                        unit.control_inputs, unit in can_die and unit.type != "Merge")
                       for unit in units]

@@ -74,29 +74,29 @@ def _pool_channels(inputs):
     return inputs[0].shape[3]
 
 
-def _conv_args(op):
+def conv_args(op):
     _check_format(op)
     return dict(strides=_pair(op, "strides"), padding=op.attrs["padding"],
                 dilations=_pair(op, "dilations"))
 
 
 def _conv2d_grad(op, inputs, outputs, grads):
-    return list(nn_numpy.conv2d_grad(inputs[0], inputs[1], grads[0], **_conv_args(op)))
+    return list(nn_numpy.conv2d_grad(inputs[0], inputs[1], grads[0], **conv_args(op)))
 
 
 @register("Conv2D", _spatial_infer("Conv2D", _conv_channels), gradient=_conv2d_grad)
 def conv2d(op, inputs, ctx):
-    return (nn_numpy.conv2d(inputs[0], inputs[1], **_conv_args(op)),)
+    return (nn_numpy.conv2d(inputs[0], inputs[1], **conv_args(op)),)
 
 
 def _depthwise_grad(op, inputs, outputs, grads):
-    return list(nn_numpy.depthwise_conv2d_grad(inputs[0], inputs[1], grads[0], **_conv_args(op)))
+    return list(nn_numpy.depthwise_conv2d_grad(inputs[0], inputs[1], grads[0], **conv_args(op)))
 
 
 @register("DepthwiseConv2dNative", _spatial_infer("DepthwiseConv2dNative", _depthwise_channels),
           gradient=_depthwise_grad)
 def depthwise_conv2d(op, inputs, ctx):
-    return (nn_numpy.depthwise_conv2d(inputs[0], inputs[1], **_conv_args(op)),)
+    return (nn_numpy.depthwise_conv2d(inputs[0], inputs[1], **conv_args(op)),)
 
 
 def _pool_args(op):
