@@ -117,3 +117,6 @@ cdef extern from "fqcore.h" nogil:
                                          size_t n, size_t channels, const float *scale,
                                          fq_activation activation, float *x_backprop,
                                          float *scale_backprop, float *shift_backprop)
+    fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels,
+                                          const float *mean, const float *grad_mean,
+                                          const float *grad_var, float count, float *x_backprop)

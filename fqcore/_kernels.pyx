@@ -346,12 +346,14 @@ def bn_forward_training(const unsigned char[::1] x, int dtype, bint channels_las
                         const float[::1] mean_in, const float[::1] variance_in,
                         unsigned char[::1] y, float[::1] batch_mean, float[::1] batch_variance,
                         float[::1] saved_mean, float[::1] saved_variance):
+    """y None: the statistics alone."""
     cdef fq_status rc
     cdef fq_bn_shape shape = _bn_shape(channels_last, outer, channels, inner)
+    cdef void *py = _bytes(y) if y is not None else NULL
     with nogil:
         rc = fq_bn_forward_training(_cbytes(x), <fq_dtype>dtype, shape, _cptr(scale),
                                     _cptr(offset), epsilon, exponential_avg_factor,
-                                    _cptr(mean_in), _cptr(variance_in), _bytes(y),
+                                    _cptr(mean_in), _cptr(variance_in), py,
                                     _ptr(batch_mean), _ptr(batch_variance), _ptr(saved_mean),
                                     _ptr(saved_variance))
     _check(rc)
@@ -526,4 +528,18 @@ def channel_affine_grad(const float[::1] y_backprop, const float[::1] x, const f
     with nogil:
         rc = fq_f32_channel_affine_grad(_cptr(y_backprop), xp, _cptr(y), n, channels, s,
                                         <fq_activation>activation, dx, ds, db)
+    _check(rc)
+
+
+def fold_batch_norm_grad(const float[::1] x, size_t channels, const float[::1] mean,
+                         const float[::1] grad_mean, const float[::1] grad_var, float count,
+                         float[::1] x_backprop):
+    cdef fq_status rc
+    _length(x_backprop.shape[0], x.shape[0], "x_backprop")
+    cdef const float *m = _vector(mean, channels, "mean")
+    cdef const float *gm = _vector(grad_mean, channels, "grad_mean")
+    cdef const float *gv = _vector(grad_var, channels, "grad_var")
+    with nogil:
+        rc = fq_f32_fold_batch_norm_grad(_cptr(x), x.shape[0], channels, m, gm, gv, count,
+                                         _ptr(x_backprop))
     _check(rc)

@@ -89,11 +89,14 @@ def _empty_vector():
 
 
 def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=1e-4,
-                     exponential_avg_factor=1.0, data_format="NHWC", is_training=True):
+                     exponential_avg_factor=1.0, data_format="NHWC", is_training=True,
+                     normalize=True):
     """FusedBatchNormV3. Training normalizes with the batch statistics and returns them (batch_mean,
     batch_variance: running estimates, Bessel-corrected and blended by exponential_avg_factor;
     reserve_space_1/2: batch mean and biased variance, for the gradient). Inference normalizes with
-    `mean` and `variance`. x: float32, float16 or bfloat16; per-channel values float32."""
+    `mean` and `variance`. x: float32, float16 or bfloat16; per-channel values float32.
+    normalize=False (training only) returns y as None and skips the pass that makes it: the
+    statistics alone, which is all a batch norm folded into its layer needs."""
     x, code = _elements(x, "x")
     channels_last, outer, channels, inner = _layout(data_format, x)
     is_training = _flag(is_training, "is_training")
@@ -106,7 +109,10 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=1e-4,
     when = "When exponential_avg_factor != 1" if is_training else "When is_training=false"
     mean = _per_channel(mean, "mean", channels, needs_stats, when)
     variance = _per_channel(variance, "variance", channels, needs_stats, when)
-    y = np.empty(x.shape, x.dtype)
+    normalize = _flag(normalize, "normalize")
+    if not normalize and not is_training:
+        raise ValueError("normalize=False needs is_training=True: inference returns only y")
+    y = np.empty(x.shape, x.dtype) if normalize else None
     if not is_training:
         _kernels.bn_forward_inference(_bytes(x), code, channels_last, outer, channels, inner, scale,
                                       offset, mean, variance, epsilon, _bytes(y))
@@ -117,7 +123,8 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=1e-4,
                                  offset, epsilon, factor,
                                  mean if mean is not None else _empty_vector(),
                                  variance if variance is not None else _empty_vector(),
-                                 _bytes(y), stats[0], stats[1], stats[2], stats[3])
+                                 None if y is None else _bytes(y), stats[0], stats[1], stats[2],
+                                 stats[3])
     return FusedBatchNormV3(y, stats[0], stats[1], stats[2], stats[3], np.zeros((), np.float32))
 
 

@@ -141,3 +141,23 @@ def test_attribute_types(name, value):
 def test_per_channel_float64_is_refused_rather_than_cast():
     with pytest.raises(TypeError, match="scale must be a float32 array"):
         forward(scale=np.ones(4))
+
+
+@pytest.mark.parametrize("data_format, shape", [("NHWC", (3, 5, 4, 6)), ("NCHW", (3, 6, 5, 4)),
+                                                ("NDHWC", (2, 3, 2, 4, 6))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_normalize_false_gives_the_statistics_without_y(data_format, shape, dtype):
+    x = (np.random.default_rng(1).standard_normal(shape) * 3 + 5).astype(dtype)
+    scale, offset = ones(6) * 2, ones(6)
+    full = fqcore.fused_batch_norm(x, scale, offset, data_format=data_format)
+    stats = fqcore.fused_batch_norm(x, scale, offset, data_format=data_format, normalize=False)
+    assert stats.y is None
+    for a, b in zip(stats[1:], full[1:]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_normalize_is_checked():
+    with pytest.raises(ValueError, match="normalize=False needs is_training=True"):
+        forward(mean=ones(4), variance=ones(4), is_training=False, normalize=False)
+    with pytest.raises((TypeError, ValueError), match="normalize"):
+        forward(normalize="no")

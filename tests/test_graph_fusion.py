@@ -101,6 +101,11 @@ def test_the_demo_graph_fuses_each_folded_layer_and_trains_the_same(monkeypatch)
         "conv2/post_conv_mul"]
     assert {tuple(op.type for op in u.ops) for u in units} <= {
         ("Mul", "AddV2", "AddV2", "Relu6"), ("Mul", "AddV2", "AddV2")}
+    plan = max(fused.session._plans.values(), key=lambda p: len(p.steps))
+    statistics = [u for u, *_ in plan.steps if isinstance(u, fusion.BatchNormStatistics)]
+    assert sorted(u.name for u in statistics) == [
+        "block1/dw/BatchNorm/FusedBatchNormV3", "block1/pw/BatchNorm/FusedBatchNormV3",
+        "conv1/BatchNorm/FusedBatchNormV3", "conv2/BatchNorm/FusedBatchNormV3"]
     _unfused(monkeypatch)
     plain = demo.training_setup(quantized=True, learning_rate=0.01)
     loss_plain = plain.session.run([plain.train_op, plain.updates, plain.loss], feeds_of(plain))[2]
@@ -174,3 +179,46 @@ def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, stri
     plain = G.Session(g).run(outs + grads, feeds)
     for a, b in zip(fused, plain):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_a_batch_norm_whose_y_is_fetched_still_normalizes():
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [2, 3, 3, 4], name="x")
+        ones = G.constant(np.ones(4, np.float32))
+        empty = G.constant(np.zeros(0, np.float32))
+        y, mean, variance = G.fused_batch_norm(x, ones, ones, empty, empty, is_training=True)[:3]
+    feeds = {x: np.random.default_rng(0).standard_normal((2, 3, 3, 4)).astype(np.float32)}
+
+    def units_for(fetches):
+        session = G.Session(g)
+        values = session.run(fetches, feeds)
+        plan = max(session._plans.values(), key=lambda p: len(p.steps))
+        return values, [u for u, *_ in plan.steps if isinstance(u, fusion.BatchNormStatistics)]
+    (y_value, mean_value), units = units_for([y, mean])
+    assert units == [] and y_value.shape == (2, 3, 3, 4)
+    (mean_only,), units = units_for([mean])
+    assert len(units) == 1
+    np.testing.assert_array_equal(mean_only, mean_value)
+
+
+def test_the_fold_gradient_kernel_equals_contribs_formula():
+    """FoldFusedBatchNormGrad in one pass: the numpy formula's float32 steps, bit for bit (NaN,
+    infinities, -0 and denormals among the inputs), on float32; other dtypes keep the formula."""
+    from fqcore.graph.op_defs import nn as op_nn
+
+    class Op:
+        attrs = {}
+    rng = np.random.default_rng(4)
+    for shape in [(64, 8, 8, 32), (3, 5, 7), (2, 1), (0, 4)]:
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        x.flat[:min(x.size, 6)] = SPECIAL[:min(x.size, 6)]
+        channels = shape[-1]
+        mean = rng.standard_normal(channels).astype(np.float32)
+        grad_mean, grad_var = (rng.standard_normal(channels).astype(np.float32) for _ in range(2))
+        got = op_nn._fold_batch_norm_grad(Op, [x], [None, mean], [None, grad_mean, grad_var])[0]
+        n = np.float32(x.size / channels)
+        with np.errstate(all="ignore"):
+            expected = grad_mean / n + np.float32(2) * grad_var * (x - mean) / (n - np.float32(1))
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))

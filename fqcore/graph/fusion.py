@@ -13,11 +13,22 @@ untouched: names, collections and checkpoints stay as they are. Two kinds so far
 - ColumnsConv2D: a float32 Conv2D that keeps the windows it multiplies (conv2d_columns) for its
   gradient, and shares them with the other Conv2Ds of the plan that read the same input with the
   same geometry (the fold's two convolutions of a layer's input): one im2col where there were up
-  to four, the same bits (a copy is a copy)."""
+  to four, the same bits (a copy is a copy).
+- BatchNormStatistics: a training FusedBatchNormV3 whose y nothing reads (the batch norm the
+  fold replaced, kept for its statistics): the statistics without the pass that makes y."""
+from collections import namedtuple
+
 import numpy as np
 
 from .. import _kernels
 from . import nn_numpy
+from .op_defs.nn import batch_norm_forward, conv_args
+from .op_registry import gradient_function
+
+# What fusion asks of a plan: sole_consumer(tensor), the one op that reads a tensor nothing else
+# needs (else None); unread(tensor), nothing reads it (no op, fetch or feed); fusable(op), the op
+# may join a unit (it cannot die on a dead branch, no control edge touches it).
+PlanRules = namedtuple("PlanRules", ["sole_consumer", "unread", "fusable"])
 
 FLOAT32 = np.dtype(np.float32)
 _ADDS = ("AddV2", "Add")
@@ -157,17 +168,34 @@ class ColumnsConv2D(Unit):
         return [dx, dw] + ([None] if self.shared else [])
 
 
-def fuse(order, sole_consumer, fusable, conv_args):
-    """`order` (the plan's ops) with each fusable run replaced by one unit. sole_consumer(tensor)
-    gives the one op of the plan that reads a tensor nothing else needs (else None); fusable(op)
-    says whether an op may join a unit (it cannot die on a dead branch); conv_args(op) gives a
-    Conv2D's strides, padding and dilations."""
+class BatchNormStatistics(Unit):
+    """A training FusedBatchNormV3 whose y nothing reads: its outputs but y (None), and its
+    gradient (TF's, or the override the op names) as the op's."""
+
+    type = "FusedBatchNormV3"
+
+    def __init__(self, op):
+        self.ops = [op]
+        self.name = op.name
+        self.inputs, self.outputs = list(op.inputs), list(op.outputs)
+        self.op_gradient = gradient_function(op)
+
+    def forward(self, op, inputs, ctx):
+        return batch_norm_forward(self.ops[0], inputs, normalize=False)
+
+    def gradient(self, op, inputs, outputs, grads):
+        return self.op_gradient(self.ops[0], inputs, outputs, grads)
+
+
+def fuse(order, rules):
+    """`order` (the plan's ops) with each unit's ops replaced by the unit (PlanRules: what the
+    plan allows)."""
     units, taken, owners = [], set(), {}
     for op in order:
         if op in taken:
             continue
-        unit = _chain_from(op, sole_consumer, fusable) or _columns_conv(op, fusable, conv_args,
-                                                                         owners)
+        unit = (_chain_from(op, rules.sole_consumer, rules.fusable)
+                or _columns_conv(op, rules.fusable, owners) or _statistics_only(op, rules))
         if unit is None:
             units.append(op)
             continue
@@ -178,7 +206,15 @@ def fuse(order, sole_consumer, fusable, conv_args):
     return sorted(units, key=lambda u: position[u.ops[-1]] if isinstance(u, Unit) else position[u])
 
 
-def _columns_conv(op, fusable, conv_args, owners):
+def _statistics_only(op, rules):
+    if op.type != "FusedBatchNormV3" or not op.attrs.get("is_training", True):
+        return None
+    if not rules.fusable(op) or not rules.unread(op.outputs[0]):
+        return None
+    return BatchNormStatistics(op)
+
+
+def _columns_conv(op, fusable, owners):
     """A ColumnsConv2D for a float32 Conv2D that takes TF's gradient, sharing the columns of an
     earlier one with the same input and geometry (`owners`, filled here)."""
     if op.type != "Conv2D" or not fusable(op) or "_gradient_op_type" in op.attrs:

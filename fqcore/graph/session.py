@@ -7,7 +7,6 @@ import numpy as np
 from . import fusion
 from .core import Operation, Tensor
 from .op_defs.control import DEAD
-from .op_defs.nn import conv_args
 from .op_registry import gradient_function, op_def
 from .run_threads import RunThreads
 
@@ -171,8 +170,7 @@ class _Plan:
             if op.type == "Switch" or any(t.op in can_die for t in op.inputs) or any(
                     c in can_die for c in op.control_inputs):
                 can_die.add(op)
-        units = fusion.fuse(order, _sole_consumer(order, elements, feeds),
-                            _fusable(order, can_die), conv_args)
+        units = fusion.fuse(order, _rules(order, elements, feeds, can_die))
         self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
                           for op in unit.ops}
         self.steps = [(unit, unit.forward, unit.inputs, unit.outputs, (), False)
@@ -217,25 +215,27 @@ class _Plan:
         return path
 
 
-def _sole_consumer(order, elements, feeds):
-    """tensor -> the one op of the plan that reads it, for tensors nothing else needs (not
-    fetched, not fed, read by one op of the plan, once); None for every other tensor."""
+def _rules(order, elements, feeds, can_die):
+    """What fusion may do with this plan (fusion.PlanRules). A tensor that is fetched or fed is
+    read outside the plan; an op that a dead branch can reach, or that a control edge touches,
+    stays as it is."""
     readers = {}
     for op in order:
         for t in op.inputs:
             readers.setdefault(t, []).append(op)
     pinned = {e for e in elements if isinstance(e, Tensor)} | set(feeds)
+    controlling = {c for op in order for c in op.control_inputs}
 
     def sole_consumer(tensor):
         ops = readers.get(tensor, ())
         return ops[0] if len(ops) == 1 and tensor not in pinned else None
-    return sole_consumer
 
+    def unread(tensor):
+        return tensor not in readers and tensor not in pinned
 
-def _fusable(order, can_die):
-    """Whether an op may be fused: it cannot see a dead branch, and no control edge touches it."""
-    controlling = {c for op in order for c in op.control_inputs}
-    return lambda op: op not in can_die and not op.control_inputs and op not in controlling
+    def fusable(op):
+        return op not in can_die and not op.control_inputs and op not in controlling
+    return fusion.PlanRules(sole_consumer, unread, fusable)
 
 
 class _Run:

@@ -60,7 +60,7 @@ static fq_status call_begin(call *k, fq_dtype dtype, fq_bn_shape shape) {
 /* The elementwise pass with the tables, then the call's end; returns the call's status. */
 static fq_status call_end(call *k, fq_status status, fq_bn_pass pass, const void *dy, const void *x,
                           void *out) {
-    if (status == FQ_OK) {
+    if (status == FQ_OK && out != NULL) {
         const fq_bn_table table = {k->a, k->b, k->c, k->d};
         status = fq_bn_walk_elementwise(&k->walk, pass, dy, x, out, &table);
     }
@@ -87,7 +87,7 @@ fq_status fq_bn_forward_training(const void *x, fq_dtype dtype, fq_bn_shape shap
                                  float exponential_avg_factor, const float *mean_in,
                                  const float *variance_in, void *y, float *batch_mean,
                                  float *batch_variance, float *saved_mean, float *saved_variance) {
-    fq_status status = check_shape(x, dtype, shape, y);
+    fq_status status = check_shape(x, dtype, shape, y != NULL ? y : x);
     if (status != FQ_OK) return status;
     const size_t channels = shape.channels;
     const int running = exponential_avg_factor != 1.0f;

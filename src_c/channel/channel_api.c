@@ -75,7 +75,7 @@ fq_status fq_f32_channel_affine(const float *x, size_t n, size_t channels, const
     float *storage;
     if ((status = tile_vectors(channels, tile, vectors, tiled, &storage)) != FQ_OK) return status;
     const fq_channel_job job = {x, NULL, NULL, y, tiled[0], tiled[1], tiled[2], activation, n,
-                                tile, 0, NULL, NULL, 0, 0};
+                                tile, 0, NULL, NULL, 0, 0, 0.0f};
     const size_t tiles = ceil_div(n, tile);
     fq_parallel_for(fq_runtime_threads_for(n, tiles), tiles, active_kernels()->affine, (void *)&job);
     free(storage);
@@ -111,7 +111,7 @@ fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, co
     const fq_channel_job job = {x, y, y_backprop, x_backprop, tiled[0], NULL, NULL, activation, n,
                                 tile, tiles_per_block, partials,
                                 (float *)(partials + 2 * blocks * tile), scale_backprop != NULL,
-                                shift_backprop != NULL};
+                                shift_backprop != NULL, 0.0f};
     fq_parallel_for(fq_runtime_threads_for(n, blocks), blocks, active_kernels()->affine_grad,
                     (void *)&job);
     /* Blocks in order into block 0, then each channel's tile positions in order. */
@@ -127,6 +127,35 @@ fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, co
         if (shift_backprop != NULL) shift_backprop[c] = (float)shift_sum;
     }
     free(partials);
+    free(storage);
+    return FQ_OK;
+}
+
+fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels, const float *mean,
+                                      const float *grad_mean, const float *grad_var, float count,
+                                      float *x_backprop) {
+    fq_status status = check(n, channels, FQ_ACTIVATION_NONE);
+    if (status != FQ_OK || n == 0) return status;
+    if (x == NULL || mean == NULL || grad_mean == NULL || grad_var == NULL || x_backprop == NULL)
+        return FQ_ERR_NULL_POINTER;
+    float *per_channel = malloc(2 * channels * sizeof(float));
+    if (per_channel == NULL) return FQ_ERR_NO_MEMORY;
+    for (size_t c = 0; c < channels; ++c) {
+        per_channel[c] = grad_mean[c] / count;
+        per_channel[channels + c] = 2.0f * grad_var[c];
+    }
+    const size_t tile = tile_for(channels);
+    const float *const vectors[3] = {mean, per_channel, per_channel + channels};
+    const float *tiled[3];
+    float *storage;
+    status = tile_vectors(channels, tile, vectors, tiled, &storage);
+    free(per_channel);
+    if (status != FQ_OK) return status;
+    const fq_channel_job job = {x, NULL, NULL, x_backprop, tiled[0], tiled[1], tiled[2],
+                                FQ_ACTIVATION_NONE, n, tile, 0, NULL, NULL, 0, 0, count - 1.0f};
+    const size_t tiles = ceil_div(n, tile);
+    fq_parallel_for(fq_runtime_threads_for(n, tiles), tiles, active_kernels()->fold_grad,
+                    (void *)&job);
     free(storage);
     return FQ_OK;
 }

@@ -21,12 +21,15 @@ typedef struct {
     double *partials;        /* gradient: per block, scale sums then shift sums, `tile` each */
     float *scratch;          /* gradient: a tile per block */
     int want_scale_sum, want_shift_sum;
+    float divisor;
 } fq_channel_job;
 
 /* One ISA's kernels: the forward over tiles [first, end), the gradient over blocks. */
 typedef struct {
     fq_range_fn affine;
     fq_range_fn affine_grad;
+    fq_range_fn fold_grad;  /* over tiles: scale = mean, shift_a = grad_mean / count, shift_b =
+                               2 * grad_var, divisor = count - 1 */
 } fq_channel_kernels;
 
 extern const fq_channel_kernels fq_channel__scalar;

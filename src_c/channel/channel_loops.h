@@ -97,4 +97,22 @@ static void affine_grad_blocks(void *context, size_t first_block, size_t end_blo
     }
 }
 
-const fq_channel_kernels FQ_CHANNEL_TABLE = {affine_tiles, affine_grad_blocks};
+/* out = shift_a + ((shift_b * (x - scale)) / divisor), the fold's gradient (the vectors as
+   fq_channel_kernels.fold_grad names them). */
+static void fold_grad_tile(float *restrict out, const float *restrict x, const float *restrict mean,
+                           const float *restrict dmean, const float *restrict twice, float divisor,
+                           size_t n) {
+    for (size_t k = 0; k < n; ++k) out[k] = dmean[k] + (twice[k] * (x[k] - mean[k])) / divisor;
+}
+
+static void fold_grad_tiles(void *context, size_t first, size_t end) {
+    const fq_channel_job *job = context;
+    for (size_t tile = first; tile < end; ++tile) {
+        const size_t start = tile * job->tile;
+        const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
+        fold_grad_tile(job->out + start, job->x + start, job->scale, job->shift_a, job->shift_b,
+                       job->divisor, len);
+    }
+}
+
+const fq_channel_kernels FQ_CHANNEL_TABLE = {affine_tiles, affine_grad_blocks, fold_grad_tiles};

@@ -129,7 +129,9 @@ typedef struct {
 
 /* Training forward. mean_in / variance_in are read only when exponential_avg_factor != 1 (then
    required). Outputs: y; batch_mean / batch_variance (running statistics, Bessel-corrected);
-   saved_mean / saved_variance (reserve spaces 1 and 2: the batch mean and biased variance). */
+   saved_mean / saved_variance (reserve spaces 1 and 2: the batch mean and biased variance). y may
+   be NULL: the statistics alone, without the pass that normalizes (what a batch norm folded into
+   its layer reads). */
 fq_status fq_bn_forward_training(const void *x, fq_dtype dtype, fq_bn_shape shape,
                                  const float *scale, const float *offset, float epsilon,
                                  float exponential_avg_factor, const float *mean_in,
@@ -232,6 +234,13 @@ fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, co
                                      size_t n, size_t channels, const float *scale,
                                      fq_activation activation, float *x_backprop,
                                      float *scale_backprop, float *shift_backprop);
+/* contrib.quantize's FoldFusedBatchNormGrad, the gradient x gets through a folded batch norm's
+   batch mean and Bessel-corrected variance: x_backprop = grad_mean[c] / count +
+   ((2 * grad_var[c]) * (x - mean[c])) / (count - 1), each operation in float32 in that order (as
+   numpy runs the formula), count = n / channels as a float32. */
+fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels, const float *mean,
+                                      const float *grad_mean, const float *grad_var, float count,
+                                      float *x_backprop);
 
 #ifdef __cplusplus
 }

@@ -1259,7 +1259,6 @@ static void test_errors(void) {
         int m = 0;
 #define CASE(text, call) do { cases[m].what = text; cases[m].got = (call); ++m; } while (0)
         CASE("training x", fq_bn_forward_training(NULL, d, shape, scale, offset, 1e-3f, 1.0f, NULL, NULL, out, st[0], st[1], st[2], st[3]));
-        CASE("training y", fq_bn_forward_training(x, d, shape, scale, offset, 1e-3f, 1.0f, NULL, NULL, NULL, st[0], st[1], st[2], st[3]));
         CASE("training scale", fq_bn_forward_training(x, d, shape, NULL, offset, 1e-3f, 1.0f, NULL, NULL, out, st[0], st[1], st[2], st[3]));
         CASE("training offset", fq_bn_forward_training(x, d, shape, scale, NULL, 1e-3f, 1.0f, NULL, NULL, out, st[0], st[1], st[2], st[3]));
         CASE("training batch_mean", fq_bn_forward_training(x, d, shape, scale, offset, 1e-3f, 1.0f, NULL, NULL, out, NULL, st[1], st[2], st[3]));
@@ -1290,6 +1289,16 @@ static void test_errors(void) {
         for (int j = 0; j < m; ++j)
             expect(cases[j].got == NP, "%s: NULL %s gives status %d (%s), want FQ_ERR_NULL_POINTER", dn, cases[j].what,
                    cases[j].got, fq_status_string(cases[j].got));
+    }
+    /* A NULL y in training: the statistics alone, the same as with y. */
+    for (int t = 0; t < 3; ++t) {
+        float with_y[4][C], alone[4][C];
+        const fq_status a = fq_bn_forward_training(x, dtypes[t], shape, scale, offset, 1e-3f, 0.5f, mean, var, out,
+                                                   with_y[0], with_y[1], with_y[2], with_y[3]);
+        const fq_status b = fq_bn_forward_training(x, dtypes[t], shape, scale, offset, 1e-3f, 0.5f, mean, var, NULL,
+                                                   alone[0], alone[1], alone[2], alone[3]);
+        expect(a == FQ_OK && b == FQ_OK && memcmp(with_y, alone, sizeof alone) == 0,
+               "%s: training with y NULL gives other statistics (status %d)", dtype_names[t], (int)b);
     }
     /* Failing calls write nothing. */
     {

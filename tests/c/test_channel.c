@@ -126,6 +126,36 @@ static void test_large(void) {
     check(300, 1500, 0, 2, FQ_ACTIVATION_NONE);
 }
 
+/* fq_f32_fold_batch_norm_grad against the formula's float32 steps, every ISA and thread count. */
+static void test_fold_gradient(void) {
+    static const size_t shapes[][2] = {{1, 1}, {7, 3}, {40, 16}, {4096, 32}, {50, 1500}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k) {
+        const size_t rows = shapes[k][0], channels = shapes[k][1], n = rows * channels;
+        float *x = values(n, 1), *mean = values(channels, 0), *gm = values(channels, 0);
+        float *gv = values(channels, 0), *ref = xmalloc_aligned(n * sizeof(float) + 1);
+        const float count = (float)rows;
+        for (size_t i = 0; i < n; ++i) {
+            const size_t c = i % channels;
+            ref[i] = gm[c] / count + ((2.0f * gv[c]) * (x[i] - mean[c])) / (count - 1.0f);
+        }
+        for (int a = 0; a < n_isas; ++a)
+            for (int threads = 1; threads <= THREADS_MAX; ++threads) {
+                set_isa_threads(isas[a], threads);
+                float *got = guarded(n);
+                expect(fq_f32_fold_batch_norm_grad(x, n, channels, mean, gm, gv, count, got) == FQ_OK &&
+                           bits_equal(got, ref, n) && intact(got, n),
+                       "fold gradient rows %zu channels %zu on %s, %d threads", rows, channels,
+                       fq_isa_name(isas[a]), threads);
+                free(got - GUARD);
+            }
+        set_isa_threads(FQ_ISA_SCALAR, 1);
+        free(x); free(mean); free(gm); free(gv); free(ref);
+    }
+    float v[4] = {0};
+    expect(fq_f32_fold_batch_norm_grad(v, 4, 3, v, v, v, 1.0f, v) == FQ_ERR_BAD_SHAPE, "fold 4 %% 3");
+    expect(fq_f32_fold_batch_norm_grad(v, 4, 2, NULL, v, v, 1.0f, v) == FQ_ERR_NULL_POINTER, "fold NULL mean");
+}
+
 static void test_statuses(void) {
     float x[8] = {0}, y[8], v[4] = {0};
     expect(fq_f32_channel_affine(x, 8, 3, v, NULL, NULL, FQ_ACTIVATION_NONE, y) == FQ_ERR_BAD_SHAPE, "8 %% 3");
@@ -142,6 +172,7 @@ int main(void) {
         {"statuses", test_statuses},
         {"shapes x forms, threads 1..4", test_shapes},
         {"large, threads 1..4", test_large},
+        {"fold gradient, threads 1..4", test_fold_gradient},
     };
     return harness_main("C kernel harness (per-channel chain)", sections, sizeof sections / sizeof sections[0]);
 }

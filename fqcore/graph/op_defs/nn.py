@@ -1,6 +1,7 @@
 """Convolutions, pooling, activations, softmax cross-entropy and FusedBatchNormV3 (NHWC)."""
 import numpy as np
 
+from ... import _kernels
 from ... import batch_norm as _bn
 from .. import nn_numpy
 from ..op_registry import register, register_gradient_override
@@ -219,6 +220,13 @@ def _fold_batch_norm_grad(op, inputs, outputs, grads):
     grad_mean = grads[1] if grads[1] is not None else np.zeros(channels, FLOAT32)
     grad_var = grads[2] if grads[2] is not None else np.zeros(channels, FLOAT32)
     n = np.float32(x.size / channels)
+    if x.dtype == FLOAT32 and grad_mean.dtype == FLOAT32 and grad_var.dtype == FLOAT32:
+        # One pass doing the formula below in the same float32 steps.
+        dx = np.empty(x.shape, FLOAT32)
+        _kernels.fold_batch_norm_grad(np.ascontiguousarray(x).reshape(-1), channels, outputs[1],
+                                      np.ascontiguousarray(grad_mean),
+                                      np.ascontiguousarray(grad_var), n, dx.reshape(-1))
+        return [dx, None, None, None, None]
     dmean_dx = grad_mean / n
     dvar_dx = np.float32(2) * grad_var * (x - outputs[1]) / (n - np.float32(1))
     return [dmean_dx + dvar_dx, None, None, None, None]
@@ -227,8 +235,8 @@ def _fold_batch_norm_grad(op, inputs, outputs, grads):
 register_gradient_override("FoldFusedBatchNormGrad", _fold_batch_norm_grad)
 
 
-@register("FusedBatchNormV3", _bn_infer, gradient=_bn_grad)
-def fused_batch_norm_v3(op, inputs, ctx):
+def batch_norm_forward(op, inputs, normalize=True):
+    """FusedBatchNormV3's outputs; with normalize=False (training) y is None, not computed."""
     _check_format(op)
     x, scale, offset, mean, variance = inputs
     training = op.attrs.get("is_training", True)
@@ -237,6 +245,11 @@ def fused_batch_norm_v3(op, inputs, ctx):
         variance if variance.size or not training else None,
         epsilon=op.attrs.get("epsilon", 1e-4),
         exponential_avg_factor=op.attrs.get("exponential_avg_factor", 1.0), data_format="NHWC",
-        is_training=training)
+        is_training=training, normalize=normalize)
     return (result.y, result.batch_mean, result.batch_variance, result.reserve_space_1,
             result.reserve_space_2, np.zeros(0, FLOAT32))
+
+
+@register("FusedBatchNormV3", _bn_infer, gradient=_bn_grad)
+def fused_batch_norm_v3(op, inputs, ctx):
+    return batch_norm_forward(op, inputs)
