@@ -106,6 +106,9 @@ def test_the_demo_graph_fuses_each_folded_layer_and_trains_the_same(monkeypatch)
     assert sorted(u.name for u in statistics) == [
         "block1/dw/BatchNorm/FusedBatchNormV3", "block1/pw/BatchNorm/FusedBatchNormV3",
         "conv1/BatchNorm/FusedBatchNormV3", "conv2/BatchNorm/FusedBatchNormV3"]
+    # Every range tracker's batch min and max: the weights' (5) and activations' (6).
+    ranges = [u for u, *_ in plan.steps if isinstance(u, fusion.RangePair)]
+    assert len(ranges) == 11 and all(u.ops[0].inputs[0] is u.ops[1].inputs[0] for u in ranges)
     _unfused(monkeypatch)
     plain = demo.training_setup(quantized=True, learning_rate=0.01)
     loss_plain = plain.session.run([plain.train_op, plain.updates, plain.loss], feeds_of(plain))[2]
@@ -222,3 +225,61 @@ def test_the_fold_gradient_kernel_equals_contribs_formula():
             expected = grad_mean / n + np.float32(2) * grad_var * (x - mean) / (n - np.float32(1))
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (None, True), ([0, 1, 2], False),
+                                            ([0, 1, 2], True)])
+def test_a_min_and_a_max_of_one_tensor_are_one_pass(monkeypatch, axis, keepdims):
+    """A range tracker's Min and Max of the same tensor run as one RangePair where the earlier
+    ran (here an op reads the Min before the Max exists): the same values as the two ops, and
+    their gradients, which the pair takes where every reader of its outputs has given its own."""
+    rng = np.random.default_rng(6)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [4, 5, 3, 6], name="x")
+        low = G.reduce_min(x, axis=axis, keepdims=keepdims)
+        low_squared = G.multiply(low, low)
+        high = G.reduce_max(x, axis=axis, keepdims=keepdims)
+        loss = G.add(G.reduce_sum(low_squared), G.reduce_sum(G.multiply(high, G.constant(3.0))))
+        grads = _gradients(g, loss, [x])
+    values = (rng.standard_normal((4, 5, 3, 6)) * 4).astype(np.float32)
+    values[1, 2, 0, :] = values.min() - 1  # ties: the gradient is shared among them
+    feeds = {x: values}
+    session = G.Session(g)
+    fused = session.run([low, high, low_squared] + grads, feeds)
+    plan = max(session._plans.values(), key=lambda p: len(p.steps))
+    pairs = [u for u, *_ in plan.steps if isinstance(u, fusion.RangePair)]
+    assert [[op.type for op in u.ops] for u in pairs] == [["Min", "Max"]]
+    _unfused(monkeypatch)
+    plain = G.Session(g).run([low, high, low_squared] + grads, feeds)
+    for a, b in zip(fused[:3], plain[:3]):
+        assert a.shape == b.shape
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+    np.testing.assert_allclose(fused[3], plain[3], rtol=1e-6)
+    assert fused[0].shape == ((1, 1, 1, 6) if keepdims and axis else (1, 1, 1, 1) if keepdims
+                              else (6,) if axis else ())
+
+
+def test_min_and_max_of_float32_follow_tfs_cpu_kernels():
+    """TF's reduce_min / reduce_max on the CPU see denormals as zeros of their sign, order -0 below
+    +0, and give +inf / -inf for an empty tensor (numpy's min keeps the denormal, picks either
+    zero, and refuses an empty tensor)."""
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [None], name="x")
+        low, high = G.reduce_min(x), G.reduce_max(x)
+    session = G.Session(g)
+
+    def bits(values):
+        return [np.float32(v).view(np.uint32) for v in
+                session.run([low, high], {x: np.array(values, np.float32)})]
+    assert bits([1e-42, 3.0]) == [np.float32(0.0).view(np.uint32), np.float32(3.0).view(np.uint32)]
+    assert bits([-1e-42, -3.0]) == [np.float32(-3.0).view(np.uint32),
+                                    np.float32(-0.0).view(np.uint32)]
+    assert bits([0.0, -0.0]) == [np.float32(-0.0).view(np.uint32), np.float32(0.0).view(np.uint32)]
+    assert bits([-0.0, 0.0]) == [np.float32(-0.0).view(np.uint32), np.float32(0.0).view(np.uint32)]
+    assert bits([]) == [np.float32(np.inf).view(np.uint32), np.float32(-np.inf).view(np.uint32)]
+    # Each op alone (no RangePair in the plan) follows the same rules.
+    alone = G.Session(g)
+    assert alone.run(low, {x: np.array([1e-42, 3.0], np.float32)}).view(np.uint32) == 0
+    assert alone.run(high, {x: np.zeros(0, np.float32)}) == -np.inf

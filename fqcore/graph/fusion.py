@@ -1,6 +1,6 @@
 """Plan-time fusion: work in a Session plan that fewer, larger calls can do, each replaced in the
 plan (forward steps and reverse mode alike) by a unit that stands for its ops. The graph itself is
-untouched: names, collections and checkpoints stay as they are. Two kinds so far:
+untouched: names, collections and checkpoints stay as they are. The kinds:
 
 - FusedChannelChain: the per-channel chain that follows a convolution, as the fold of a batch
   norm leaves it (contrib's post_conv_mul -> correction_add -> add_fold -> Relu6) or as a layer
@@ -15,20 +15,25 @@ untouched: names, collections and checkpoints stay as they are. Two kinds so far
   same geometry (the fold's two convolutions of a layer's input): one im2col where there were up
   to four, the same bits (a copy is a copy).
 - BatchNormStatistics: a training FusedBatchNormV3 whose y nothing reads (the batch norm the
-  fold replaced, kept for its statistics): the statistics without the pass that makes y."""
+  fold replaced, kept for its statistics): the statistics without the pass that makes y.
+- RangePair: a Min and a Max of the same float32 tensor (a range tracker's batch range): one
+  pass for both, the same bits (the ops use the same kernel alone)."""
 from collections import namedtuple
 
 import numpy as np
 
 from .. import _kernels
 from . import nn_numpy
+from .op_defs._infer import constant_value
+from .op_defs.math import float32_range, range_layout
 from .op_defs.nn import batch_norm_forward, conv_args
-from .op_registry import gradient_function
+from .op_registry import gradient_function, op_def
 
 # What fusion asks of a plan: sole_consumer(tensor), the one op that reads a tensor nothing else
-# needs (else None); unread(tensor), nothing reads it (no op, fetch or feed); fusable(op), the op
-# may join a unit (it cannot die on a dead branch, no control edge touches it).
-PlanRules = namedtuple("PlanRules", ["sole_consumer", "unread", "fusable"])
+# needs (else None); unread(tensor), nothing reads it (no op, fetch or feed); readers(tensor), the
+# ops of the plan that read it, in plan order; fusable(op), the op may join a unit (it cannot die
+# on a dead branch, no control edge touches it).
+PlanRules = namedtuple("PlanRules", ["sole_consumer", "unread", "readers", "fusable"])
 
 FLOAT32 = np.dtype(np.float32)
 _ADDS = ("AddV2", "Add")
@@ -37,12 +42,17 @@ _ACTIVATIONS = ("Relu", "Relu6")
 
 class Unit:
     """What the engine sees of a unit: an operation's name, type, inputs, outputs and
-    control_inputs, forward(op, inputs, ctx) and gradient(op, inputs, outputs, grads); `ops`, the
-    graph's ops it stands for, the last of them where it runs. Its inputs and outputs may include
+    control_inputs, forward(op, inputs, ctx) and gradient(op, inputs, outputs, grads, needed)
+    (`needed`: for each input, whether reverse mode uses its gradient; an unneeded one may come
+    back None); `ops`, the graph's ops it stands for, the last of them where it runs. Its inputs and outputs may include
     values that are not tensors of the graph (Hidden): what it passes to itself or to another
     unit."""
 
     control_inputs = ()
+
+    @property
+    def runs_at(self):
+        return self.ops[-1]
 
     def __repr__(self):
         return f"<{type(self).__name__} of {[op.name for op in self.ops]}>"
@@ -86,7 +96,7 @@ class FusedChannelChain(Unit):
                                 shift_b, _kernels.ACTIVATIONS[self.activation], y.reshape(-1))
         return (y,)
 
-    def gradient(self, op, inputs, outputs, grads):
+    def gradient(self, op, inputs, outputs, grads, needed):
         x = inputs[0]
         scale, _ = self._vectors(inputs)
         dx = np.empty(x.shape, FLOAT32)
@@ -162,9 +172,10 @@ class ColumnsConv2D(Unit):
         y = nn_numpy.conv2d(x, w, cols=cols, **self.args)
         return (y,) if self.shared else (y, cols)
 
-    def gradient(self, op, inputs, outputs, grads):
+    def gradient(self, op, inputs, outputs, grads, needed):
         cols = inputs[2] if self.shared else outputs[1]
-        dx, dw = nn_numpy.conv2d_grad(inputs[0], inputs[1], grads[0], cols=cols, **self.args)
+        dx, dw = nn_numpy.conv2d_grad(inputs[0], inputs[1], grads[0], cols=cols,
+                                      input_gradient=needed[0], **self.args)
         return [dx, dw] + ([None] if self.shared else [])
 
 
@@ -183,7 +194,7 @@ class BatchNormStatistics(Unit):
     def forward(self, op, inputs, ctx):
         return batch_norm_forward(self.ops[0], inputs, normalize=False)
 
-    def gradient(self, op, inputs, outputs, grads):
+    def gradient(self, op, inputs, outputs, grads, needed):
         return self.op_gradient(self.ops[0], inputs, outputs, grads)
 
 
@@ -195,15 +206,80 @@ def fuse(order, rules):
         if op in taken:
             continue
         unit = (_chain_from(op, rules.sole_consumer, rules.fusable)
-                or _columns_conv(op, rules.fusable, owners) or _statistics_only(op, rules))
+                or _columns_conv(op, rules.fusable, owners) or _statistics_only(op, rules)
+                or _range_pair(op, rules, taken))
         if unit is None:
             units.append(op)
             continue
         taken.update(unit.ops)
         units.append(unit)
-    # A unit runs where its last op ran: every input of every member is computed by then.
     position = {op: i for i, op in enumerate(order)}
-    return sorted(units, key=lambda u: position[u.ops[-1]] if isinstance(u, Unit) else position[u])
+    return sorted(units, key=lambda u: position[u.runs_at] if isinstance(u, Unit) else position[u])
+
+
+class RangePair(Unit):
+    """A Min and a Max of the same float32 tensor over the same constant axes (a range tracker's
+    batch min and max): both from one fq_f32_range pass, where the earlier of the two ran."""
+
+    type = "RangePair"
+
+    def __init__(self, first, second, axes):
+        self.ops = [first, second]
+        self.name = f"{first.name}+{second.name}"
+        self.inputs = [first.inputs[0]]
+        self.outputs = [first.outputs[0], second.outputs[0]]
+        self.axes = axes
+        self.layouts = {}  # x's shape -> range_layout
+        # float32_range gives (min, max): which of the two each output is.
+        self.picks = (0, 1) if first.type == "Min" else (1, 0)
+
+    @property
+    def runs_at(self):
+        return self.ops[0]
+
+    def forward(self, op, inputs, ctx):
+        x = inputs[0]
+        layout = (self.layouts.get(x.shape) if isinstance(x, np.ndarray) and x.dtype == FLOAT32
+                  else None)
+        if layout is None:
+            layout = range_layout(self.ops[0], x, self.axes)
+            if layout is None:  # a run-time x the ranges do not cover (rank 0, not float32)
+                return tuple(op_def(m.type).forward(m, [x, self.axes], ctx)[0] for m in self.ops)
+            self.layouts[x.shape] = layout
+        extremes = float32_range(x, layout)
+        return extremes[self.picks[0]], extremes[self.picks[1]]
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        # Each op's gradient as TF takes it; the two are added before they join x's other
+        # gradients (the unfused plan adds them one by one).
+        dx = None
+        for member, output, grad in zip(self.ops, outputs, grads):
+            if grad is not None:
+                part = op_def(member.type).gradient(member, [inputs[0], self.axes], [output],
+                                                    [grad])[0]
+                dx = part if dx is None else dx + part
+        return [dx]
+
+
+def _range_pair(op, rules, taken):
+    """A RangePair of `op` (a Min or a Max) and the first later Max or Min of the plan that reads
+    the same float32 tensor over the same constant axes with the same keep_dims."""
+    other = {"Min": "Max", "Max": "Min"}.get(op.type)
+    if other is None or op.inputs[0].dtype != FLOAT32 or not rules.fusable(op):
+        return None
+    axes = constant_value(op.inputs[1])
+    if axes is None:
+        return None
+    keep = op.attrs.get("keep_dims", False)
+    readers = rules.readers(op.inputs[0])
+    for partner in readers[readers.index(op) + 1:]:
+        if partner.type != other or partner in taken or not rules.fusable(partner):
+            continue
+        partner_axes = constant_value(partner.inputs[1])
+        if (partner_axes is not None and partner.attrs.get("keep_dims", False) == keep
+                and np.array_equal(partner_axes, axes)):
+            return RangePair(op, partner, np.asarray(axes))
+    return None
 
 
 def _statistics_only(op, rules):

@@ -233,8 +233,10 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
     return y.reshape(x.shape[0], oh, ow, w.shape[3])
 
 
-def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
-    """(dx, dw) of conv2d given dy = dL/dy [N, OH, OW, O] (and, when given, its `cols`)."""
+def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None,
+                input_gradient=True):
+    """(dx, dw) of conv2d given dy = dL/dy [N, OH, OW, O] (and, when given, its `cols`); dx is
+    None with input_gradient=False (x is data: nothing to learn upstream of it)."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
     o = w.shape[3]
     dy = _other(dy, "dy", x.dtype)
@@ -244,6 +246,8 @@ def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols
     cols = (_im2col(x, w.shape, oh, ow, pads, strides, dilations) if cols is None
             else _checked_cols(cols, x, w, oh, ow))
     dw = np.matmul(cols.T, dy2).reshape(w.shape)
+    if not input_gradient:
+        return None, dw
     dx = _col2im(np.matmul(dy2, w2.T), x.shape, w.shape[:2], oh, ow, pads, strides, dilations,
                  x.dtype)
     return dx, dw

@@ -1,5 +1,6 @@
 """The engine: runs a graph's ops in dependency order on numpy and fqcore's kernels, holds the
 variables' values, and computes gradients (reverse mode) when a Gradients op runs."""
+import functools
 import heapq
 
 import numpy as np
@@ -199,18 +200,17 @@ class _Plan:
             for op in self.order:
                 if op in ancestors and any(t.op in reached for t in op.inputs):
                     reached.add(op)
-            path, fused = [], set()
+            path = []
             for op in reversed(self.order):
-                if op not in reached or op not in ancestors:
-                    continue
                 unit = self.member_of.get(op)
                 if unit is None:
-                    gradient = gradient_function(op)
+                    gradient = gradient_function(op) if op in reached and op in ancestors else None
                     if gradient is not None:
                         path.append((op, gradient))
-                elif unit not in fused:  # at its last op: every output gradient is in by then
-                    fused.add(unit)
-                    path.append((unit, unit.gradient))
+                elif op is unit.runs_at and any(m in reached and m in ancestors for m in unit.ops):
+                    # Where the unit runs: every reader of its outputs has given its gradient.
+                    needed = tuple(getattr(t, "op", None) in reached for t in unit.inputs)
+                    path.append((unit, functools.partial(unit.gradient, needed=needed)))
             self.backprop_paths[gradients_op] = path
         return path
 
@@ -233,9 +233,12 @@ def _rules(order, elements, feeds, can_die):
     def unread(tensor):
         return tensor not in readers and tensor not in pinned
 
+    def readers_of(tensor):
+        return readers.get(tensor, [])
+
     def fusable(op):
         return op not in can_die and not op.control_inputs and op not in controlling
-    return fusion.PlanRules(sole_consumer, unread, fusable)
+    return fusion.PlanRules(sole_consumer, unread, readers_of, fusable)
 
 
 class _Run:

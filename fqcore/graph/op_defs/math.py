@@ -1,6 +1,7 @@
 """Element-wise arithmetic, comparisons, reductions, MatMul and BiasAdd, with TF's gradients."""
 import numpy as np
 
+from ... import _kernels
 from ..op_registry import register
 from ._infer import binary, comparison, constant_value, like_input, unbroadcast
 
@@ -186,10 +187,48 @@ def _reduction(reduce, in_input_dtype):
     return forward
 
 
+def range_layout(op, x, axes):
+    """How fq_f32_range computes the op's Min and Max of x over `axes`, as TF's CPU kernels do
+    (denormals count as zeros, -0 below +0, NaN wins, empty: +inf and -inf): (channels, result
+    shape) when x is a float32 array reduced over all its axes (the per-tensor range, channels 1)
+    or all but the last (per channel); None for any other reduction."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim == 0:
+        return None
+    reduced = _axes(op, x, axes)
+    if reduced == tuple(range(x.ndim)):
+        channels = 1
+    elif x.ndim >= 2 and reduced == tuple(range(x.ndim - 1)):
+        channels = x.shape[-1]
+    else:
+        return None
+    if op.attrs.get("keep_dims", False):
+        return channels, (1,) * (x.ndim - 1) + (channels,)
+    return channels, (() if len(reduced) == x.ndim else (channels,))
+
+
+def float32_range(x, layout):
+    """(min, max) of x as range_layout planned them."""
+    channels, shape = layout
+    low, high = np.empty(channels, np.float32), np.empty(channels, np.float32)
+    _kernels.batch_range(np.ascontiguousarray(x).reshape(-1), low, high)
+    return low.reshape(shape), high.reshape(shape)
+
+
+def _extreme(reduce, which):
+    """Min (which=0) or Max (which=1): fq_f32_range's when range_layout allows, else numpy's."""
+    numpy_forward = _reduction(reduce, False)
+
+    def forward(op, inputs, ctx):
+        layout = range_layout(op, *inputs)
+        return (numpy_forward(op, inputs, ctx) if layout is None else
+                (float32_range(inputs[0], layout)[which],))
+    return forward
+
+
 register("Mean", _reduce_infer, gradient=_mean_grad)(_reduction(np.mean, True))
 register("Sum", _reduce_infer, gradient=_sum_grad)(_reduction(np.sum, True))
-register("Min", _reduce_infer, gradient=_extreme_grad)(_reduction(np.min, False))
-register("Max", _reduce_infer, gradient=_extreme_grad)(_reduction(np.max, False))
+register("Min", _reduce_infer, gradient=_extreme_grad)(_extreme(np.min, 0))
+register("Max", _reduce_infer, gradient=_extreme_grad)(_extreme(np.max, 1))
 
 
 # -- MatMul, BiasAdd ----------------------------------------------------------------------
