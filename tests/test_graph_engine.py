@@ -699,3 +699,25 @@ def test_convolutions_check_ranks_and_channels_when_built():
             G.max_pool(flat, 2, 2)
         assert G.conv2d(images, G.constant(np.zeros((3, 3, 3, 4), np.float32)), strides=2).shape == (
             None, 4, 4, 4)
+
+
+def test_constant_subgraphs_run_once_per_plan():
+    """Consts and the stateless ops that read only them give the same values every run: a plan
+    keeps them after its first successful run and drops their steps; feeds still replace them,
+    and a constant op that fails keeps failing (nothing is kept from a failed run)."""
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [3], name="x")
+        doubled = G.multiply(G.constant(np.array([1, 2, 3], F32)), G.constant(F32(2)), name="doubled")
+        y = G.add(x, doubled, name="y")
+        broken = G.add(x, G.reshape(G.constant(np.arange(4, dtype=F32)), [3]), name="broken")
+    s = G.Session(g)
+    np.testing.assert_array_equal(s.run(y, {x: np.zeros(3, F32)}), [2, 4, 6])
+    plan = max(s._plans.values(), key=lambda p: len(p.order))
+    assert [step[0].type for step in plan.steps] == ["AddV2"]
+    np.testing.assert_array_equal(s.run(y, {x: np.ones(3, F32)}), [3, 5, 7])
+    np.testing.assert_array_equal(s.run(y, {x: np.ones(3, F32), doubled: np.full(3, 10, F32)}),
+                                  [11, 11, 11])
+    for _ in range(2):
+        with pytest.raises(ValueError, match="reshape"):
+            s.run(broken, {x: np.zeros(3, F32)})

@@ -181,10 +181,19 @@ class _Plan:
                       for unit in units]
         self.position = {op: i for i, op in enumerate(order)}
         self.backprop_paths = {}
+        self.foldable = _foldable(order, can_die, feeds)
+        self.constants = None  # the foldable ops' outputs, once a run has computed them
+
+    def fold(self, values):
+        """After a run that succeeded: keeps the foldable ops' outputs (`values`) as constants of
+        the plan and drops their steps, so later runs start from them."""
+        self.constants = {t: values[t] for op in self.foldable for t in op.outputs}
+        self.steps = [step for step in self.steps if step[0] not in self.foldable]
 
     def backprop_path(self, gradients_op):
-        """(op, gradient function) for the differentiable ops between the Gradients op's xs and
-        its y, in reverse execution order."""
+        """The differentiable ops between the Gradients op's xs and its y, in reverse execution
+        order: (op, gradient function, the positions and tensors of the op's inputs whose
+        gradient reverse mode sums: float tensors that depend on an x)."""
         path = self.backprop_paths.get(gradients_op)
         if path is None:
             y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
@@ -200,19 +209,43 @@ class _Plan:
             for op in self.order:
                 if op in ancestors and any(t.op in reached for t in op.inputs):
                     reached.add(op)
+            def summed(step):
+                return tuple((k, t) for k, t in enumerate(step.inputs)
+                             if getattr(t, "op", None) in reached and np.dtype(t.dtype).kind == "f")
             path = []
             for op in reversed(self.order):
                 unit = self.member_of.get(op)
                 if unit is None:
                     gradient = gradient_function(op) if op in reached and op in ancestors else None
                     if gradient is not None:
-                        path.append((op, gradient))
+                        path.append((op, gradient, summed(op)))
                 elif op is unit.runs_at and any(m in reached and m in ancestors for m in unit.ops):
                     # Where the unit runs: every reader of its outputs has given its gradient.
                     needed = tuple(getattr(t, "op", None) in reached for t in unit.inputs)
-                    path.append((unit, functools.partial(unit.gradient, needed=needed)))
+                    path.append((unit, functools.partial(unit.gradient, needed=needed),
+                                 summed(unit)))
             self.backprop_paths[gradients_op] = path
         return path
+
+
+# What a plan cannot fold however constant its inputs: control flow, reverse mode, and ops
+# without inputs that are not Const (a Placeholder must be fed; a NoOp groups control edges).
+_NOT_FOLDED = {"Switch", "Merge", "Gradients", "Placeholder", "NoOp"}
+
+
+def _foldable(order, can_die, feeds):
+    """The ops whose outputs are the same in every run: Consts, and stateless ops that read only
+    their outputs; none that a control edge touches, a dead branch can reach, or a feed replaces."""
+    fed_ops = {t.op for t in feeds}
+    controlling = {c for op in order for c in op.control_inputs}
+    foldable = set()
+    for op in order:
+        if (op in can_die or op.control_inputs or op in controlling or op in fed_ops
+                or op.type in _NOT_FOLDED or op_def(op.type).stateful):
+            continue
+        if op.type == "Const" or (op.inputs and all(t.op in foldable for t in op.inputs)):
+            foldable.add(op)
+    return foldable
 
 
 def _rules(order, elements, feeds, can_die):
@@ -253,8 +286,11 @@ class _Run:
         self.dead_ops = set()
 
     def execute(self):
-        values = self.values
-        for op, forward, inputs, outputs, controls, can_die in self.plan.steps:
+        plan, values = self.plan, self.values
+        first = plan.constants is None
+        if not first:
+            values.update(plan.constants)
+        for op, forward, inputs, outputs, controls, can_die in plan.steps:
             args = [values[t] for t in inputs]
             if can_die and (any(a is DEAD for a in args) or any(c in self.dead_ops for c in controls)):
                 self.dead_ops.add(op)
@@ -268,8 +304,9 @@ class _Run:
                 if op.name not in message:
                     message = f"{op.name} ({op.type}): {message}"
                 raise type(error)(message) from error
-            for t, value in zip(outputs, results):
-                values[t] = value
+            values.update(zip(outputs, results))
+        if first:
+            plan.fold(values)
 
     # Variable access for the state ops.
     def read_variable(self, name):
@@ -293,18 +330,18 @@ class _Run:
         values = self.values
         y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
         grads = {y: np.ones_like(values[y])}
-        for op, gradient in self.plan.backprop_path(gradients_op):
+        dead = self.dead_ops
+        for op, gradient, summed in self.plan.backprop_path(gradients_op):
             out_grads = [grads.get(t) for t in op.outputs]
-            if all(g is None for g in out_grads) or op in self.dead_ops:
+            if op in dead or all(g is None for g in out_grads):
                 continue
-            inputs = [values[t] for t in op.inputs]
-            outputs = [values[t] for t in op.outputs]
-            in_grads = gradient(op, inputs, outputs, out_grads)
-            for t, g in zip(op.inputs, in_grads):
-                if g is None or np.asarray(values[t]).dtype.kind != "f":
-                    continue
-                previous = grads.get(t)
-                grads[t] = g if previous is None else previous + g
+            in_grads = gradient(op, [values[t] for t in op.inputs],
+                                [values[t] for t in op.outputs], out_grads)
+            for k, t in summed:
+                g = in_grads[k]
+                if g is not None:
+                    previous = grads.get(t)
+                    grads[t] = g if previous is None else previous + g
         return tuple(np.asarray(grads[x], values[x].dtype) if x in grads else
                      np.zeros_like(values[x]) for x in xs)
 
