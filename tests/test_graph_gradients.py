@@ -743,3 +743,31 @@ def test_maximum_minimum_ties_go_to_x():
                                              py: np.array([1.0, 2.0, 3.0])})
         np.testing.assert_array_equal(gx, [1.0, 2.0, 3.0])
         np.testing.assert_array_equal(gy, [0.0, 0.0, 0.0])
+
+
+def test_reverse_mode_stops_where_no_gradient_flows(monkeypatch):
+    """A gradient reaches an x only through differentiable ops: an Assign on the way ends the
+    chain (as in TF, which registers none for it), so the ops past it (a moving average's
+    debiasing, read by a fake quant's range) take no gradient function call, and x gets the
+    gradient of its differentiable uses only."""
+    calls = []
+
+    def counted_div_grad(op, inputs, outputs, grads):
+        calls.append(op.name)
+        return op_registry.op_def("RealDiv").gradient(op, inputs, outputs, grads)
+    monkeypatch.setitem(op_registry._GRADIENT_OVERRIDES, "CountedDivGrad", counted_div_grad)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [3], name="x")
+        v = G.variable("v", np.zeros(3, F32))
+        assigned = g.create_op("Assign", [v.op.outputs[0], G.multiply(x, 2.0)]).outputs[0]
+        debiased = G.divide(assigned, G.constant(F32(4)), name="debiased")
+        debiased.op.attrs["_gradient_op_type"] = "CountedDivGrad"
+        loss = G.reduce_sum(G.multiply(G.multiply(x, x), debiased))
+        (dx,) = gradients(g, loss, [x])
+        init = G.global_variables_initializer()
+    s = G.Session(g)
+    s.run(init)
+    xv = np.array([1.0, -2.0, 3.0], F32)
+    np.testing.assert_array_equal(s.run(dx, {x: xv}), 2 * xv * (2 * xv / 4))
+    assert calls == []

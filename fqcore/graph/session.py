@@ -204,10 +204,14 @@ class _Plan:
                 if op in ancestors or op not in self.position:
                     continue
                 ancestors.add(op)
-                stack.extend(t.op for t in op.inputs)
+                if gradient_function(op) is not None:  # else no gradient flows to its inputs
+                    stack.extend(t.op for t in op.inputs)
+            # The ops a gradient can reach an x through: a chain of differentiable ops (an
+            # Assign or a StopGradient on the way ends it, as in TF).
             reached = {x.op for x in xs}
             for op in self.order:
-                if op in ancestors and any(t.op in reached for t in op.inputs):
+                if (op in ancestors and op not in reached and any(t.op in reached for t in op.inputs)
+                        and gradient_function(op) is not None):
                     reached.add(op)
             def summed(step):
                 return tuple((k, t) for k, t in enumerate(step.inputs)
