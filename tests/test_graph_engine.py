@@ -262,6 +262,11 @@ def test_reads_see_the_start_of_run_value_even_after_an_assign_in_the_same_run()
     np.testing.assert_array_equal(r, [1, 2])
     np.testing.assert_array_equal(s.variable_value("v"), [7, 8])   # the write landed in the store
     np.testing.assert_array_equal(s.run(after), [7, 8])            # ...and the next run sees it
+    # The reads are made before the steps: the variable and its `read` take no step; the
+    # Identity under a control edge keeps its own.
+    plan = s._plan([assign.outputs[0], before, after, late_read], {})
+    assert [step[0].name for step in plan.steps
+            if step[0].type in ("VariableV2", "Identity")] == ["late_read"]
 
 
 def test_update_state_false_leaves_every_variable_unchanged():

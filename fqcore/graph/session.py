@@ -174,11 +174,13 @@ class _Plan:
         units = fusion.fuse(order, _rules(order, elements, feeds, can_die))
         self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
                           for op in unit.ops}
+        self.variable_reads = _variable_reads(order, can_die)
+        read_ops = {t.op for t, _ in self.variable_reads}
         self.steps = [(unit, unit.forward, unit.inputs, unit.outputs, (), False)
                       if isinstance(unit, fusion.Unit) else
                       (unit, op_def(unit.type).forward, unit.inputs, unit.outputs,
                        unit.control_inputs, unit in can_die and unit.type != "Merge")
-                      for unit in units]
+                      for unit in units if unit not in read_ops]
         self.position = {op: i for i, op in enumerate(order)}
         self.backprop_paths = {}
         self.foldable = _foldable(order, can_die, feeds)
@@ -230,6 +232,23 @@ class _Plan:
                                  summed(unit)))
             self.backprop_paths[gradients_op] = path
         return path
+
+
+def _variable_reads(order, can_die):
+    """(tensor, variable name) for the reads a run makes before its steps, as every read of a run
+    sees the value the variable had when the run started: each VariableV2's output, and an
+    Identity of one (TF's `<variable>/read`); none that a control edge touches or a dead branch
+    can reach."""
+    controlling = {c for op in order for c in op.control_inputs}
+    variables = {}
+    for op in order:
+        if op in can_die or op.control_inputs or op in controlling:
+            continue
+        if op.type == "VariableV2":
+            variables[op] = op.name
+        elif op.type == "Identity" and op.inputs[0].op in variables:
+            variables[op] = variables[op.inputs[0].op]
+    return [(op.outputs[0], name) for op, name in variables.items()]
 
 
 # What a plan cannot fold however constant its inputs: control flow, reverse mode, and ops
@@ -294,6 +313,9 @@ class _Run:
         first = plan.constants is None
         if not first:
             values.update(plan.constants)
+        read = self.read_variable
+        for tensor, name in plan.variable_reads:
+            values[tensor] = read(name)
         for op, forward, inputs, outputs, controls, can_die in plan.steps:
             args = [values[t] for t in inputs]
             if can_die and (any(a is DEAD for a in args) or any(c in self.dead_ops for c in controls)):
