@@ -64,7 +64,27 @@ static fq_status check_geometry(const fq_conv_geometry *g, size_t multiplier, co
 
 static int missing(const void *p, size_t elements) { return elements > 0 && p == NULL; }
 
-/* job->tiled for a depthwise call that can use it (see fq_conv_job), or leaves it NULL; the
+/* The forward sees a multiplier M as x with each channel repeated M times (C * M channels,
+   multiplier 1): output channel c * M + m then pairs x[c] with w[.., c * M + m] as a multiplier of
+   1 pairs channel with channel. Sets job->x, job->g.channels and job->multiplier, and the buffer
+   to free (NULL for M = 1); FQ_ERR_NO_MEMORY when it cannot be had. */
+static fq_status repeat_channels(fq_conv_job *job, size_t input, float **buffer) {
+    const size_t m = job->multiplier;
+    *buffer = NULL;
+    if (m == 1) return FQ_OK;
+    job->g.channels *= m;
+    job->multiplier = 1;
+    if (input == 0) return FQ_OK; /* no tap reads x */
+    float *repeated = malloc(input * m * sizeof(float));
+    if (repeated == NULL) return FQ_ERR_NO_MEMORY;
+    for (size_t e = 0; e < input; ++e)
+        for (size_t k = 0; k < m; ++k) repeated[e * m + k] = job->x[e];
+    job->x = repeated;
+    *buffer = repeated;
+    return FQ_OK;
+}
+
+/* job->tiled for an input gradient that can use it (see fq_conv_job), or leaves it NULL; the
    buffer to free, and FQ_ERR_NO_MEMORY when it cannot be had. */
 static fq_status tile_filter(fq_conv_job *job, float **buffer) {
     const fq_conv_geometry *g = &job->g;
@@ -102,13 +122,13 @@ fq_status fq_f32_depthwise(const float *x, const float *w, size_t multiplier,
         missing(y, s.pixels * geometry->channels * multiplier))
         return FQ_ERR_NULL_POINTER;
     fq_conv_job job = {*geometry, multiplier, x, w, NULL, NULL, y, NULL, 0, NULL, 0};
-    float *tiled;
-    if ((status = tile_filter(&job, &tiled)) != FQ_OK) return status;
+    float *repeated;
+    if ((status = repeat_channels(&job, s.input, &repeated)) != FQ_OK) return status;
     const fq_fpenv saved = fq_fpenv_enter();
     run_rows(active_kernels()->depthwise, &job, geometry->batch * geometry->out_height,
              s.pixels * geometry->channels * multiplier);
     fq_fpenv_leave(saved);
-    free(tiled);
+    free(repeated);
     return FQ_OK;
 }
 

@@ -11,13 +11,15 @@
 /* One call: the geometry, its operands, and the partial sums of a filter gradient. */
 typedef struct {
     fq_conv_geometry g;
-    size_t multiplier;    /* depthwise: filter [KH, KW, C, M], output channel c * M + m */
+    /* depthwise: filter [KH, KW, C, M], output channel c * M + m; the forward's is 1, with x's
+       channels repeated M times (g.channels C * M) */
+    size_t multiplier;
     const float *x, *w, *dy, *cols;
     float *out;
     float *partials;      /* depthwise filter gradient: one [KH, KW, C, M] sum per block */
     size_t rows_per_block;
-    /* Depthwise with a column stride of 1 and no multiplier: each tap's C filter values repeated
-       along a row, tiled_length (out_width * C) floats a tap; NULL otherwise. */
+    /* The input gradient with a column stride of 1 and no multiplier: each tap's C filter values
+       repeated along a row, tiled_length (out_width * C) floats a tap; NULL otherwise. */
     const float *tiled;
     size_t tiled_length;
 } fq_conv_job;
