@@ -72,9 +72,9 @@ MNV2_BLOCKS = [(6, 8, 1), (6, 16, 2), (6, 16, 1), (6, 16, 2), (6, 16, 1), (6, 32
 MNV2_HEAD = 1280
 MNV2_IMAGES = 512
 
-FQCORE_THREADS = ("fqcore kernels on 1 thread inside Session.run (its default), numpy's OpenBLAS on as many "
-                  "threads as Session.run gives it (threads='auto', its default: the cores other processes "
-                  "leave free)")
+FQCORE_THREADS = ("fqcore kernels and numpy's OpenBLAS on the threads Session.run gives them (its defaults: "
+                  "fqcore's 'auto' setting for the kernels, threads='auto' for BLAS, the cores other "
+                  "processes leave free)")
 
 
 # ---------------------------------------------------------------------------------------------------

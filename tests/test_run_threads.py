@@ -108,6 +108,26 @@ def test_a_run_sets_both_counts_and_keeps_blas_at_its_count(monkeypatch):
         fqcore.set_num_threads(kernel_before)
 
 
+@pytest.mark.parametrize("setting", ["auto", 2])
+def test_by_default_kernels_follow_fqcores_setting_inside_a_run(monkeypatch, setting):
+    kernel_before = fqcore.get_num_threads()
+    fqcore.set_num_threads(setting)
+    try:
+        session, x, y = _tiny_session()
+        assert session.kernel_threads is None
+        seen = []
+        real_execute = G.session._Run.execute
+
+        def execute(run):
+            seen.append(fqcore.get_num_threads())
+            return real_execute(run)
+        monkeypatch.setattr(G.session._Run, "execute", execute)
+        session.run(y, {x: np.eye(4, dtype=np.float32)})
+        assert seen == [setting] and fqcore.get_num_threads() == setting
+    finally:
+        fqcore.set_num_threads(kernel_before)
+
+
 def test_without_a_blas_to_control_runs_still_work(monkeypatch):
     monkeypatch.setattr(blas_threads, "get_blas_threads", lambda: None)
     monkeypatch.setattr(blas_threads, "set_blas_threads",

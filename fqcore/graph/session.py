@@ -25,13 +25,13 @@ class Session:
     threads: threads for numpy's BLAS during a run: a positive int, or "auto" (as many as the
     cores other processes leave free, re-estimated as runs go); None takes $FQCORE_NUM_THREADS
     when set, else "auto". BLAS keeps the count after the run.
-    kernel_threads: threads for fqcore's kernels during a run (None: fqcore's setting, by default
-    "auto"), put back after it. It is 1 by default: BLAS gets the cores for the convolutions, and
-    a model's layers are mostly below the size where a kernel call takes a second thread (the
-    demo's and the MobileNet-v2 benchmark's steps measured the same with None). Results never
-    depend on either count (fqcore/graph/run_threads.py)."""
+    kernel_threads: threads for fqcore's kernels during a run, put back after it: a positive int,
+    or None (the default) for fqcore's own setting (set_num_threads, by default "auto": a second
+    thread only for a call large enough, and only on a CPU other processes leave free; the
+    MobileNet-v2 benchmark's step measured 2-5% faster than with 1, the demo's the same). Results
+    never depend on either count (fqcore/graph/run_threads.py)."""
 
-    def __init__(self, graph=None, kernel_threads=1, threads=None):
+    def __init__(self, graph=None, kernel_threads=None, threads=None):
         from .core import Graph, get_default_graph
         self.graph = graph if graph is not None else get_default_graph()
         if not isinstance(self.graph, Graph):
