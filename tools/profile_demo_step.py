@@ -2,12 +2,14 @@
 running (Python interpreter vs numpy, BLAS and fqcore's kernels), sampled with Linux perf.
 
     python tools/profile_demo_step.py            # ms per step only
-    python tools/profile_demo_step.py --perf     # re-runs itself under `perf record -g`
+    python tools/profile_demo_step.py --perf     # re-runs itself under `perf record`
 
-A sample counts for the first library on its call chain, from the innermost frame out, that is
-not libc, the dynamic loader or the kernel (those serve whoever called them). Samples whose chain
-perf cannot unwind past libc or the kernel (no frame pointers) are reported apart and counted as
-outside, so the split is conservative."""
+Only the samples taken during the timed steps count (after ten untimed runs), and only the main
+thread's. A sample counts for the first library on its call chain, from the innermost frame out,
+that is not libc, the dynamic loader or the kernel (those serve whoever called them: OpenBLAS
+zeroes its output with libc's memset, numpy copies with memmove). perf unwinds the chains from
+DWARF call frame information, as libc's string functions keep no frame pointer; a chain it still
+cannot follow past libc or the kernel is reported apart and counted as outside."""
 import argparse
 import collections
 import os
@@ -72,7 +74,7 @@ def classify(script_output, start, end):
 def _class_of(chain):
     for dso in chain:
         base = os.path.basename(dso) if not dso.startswith("[") else dso
-        if base.startswith(SERVICE):
+        if base.startswith(SERVICE) or dso == "inlined":  # "inlined": a frame within the next
             continue
         for name, markers in CLASSES:
             if any(m in base for m in markers) or any(m in dso for m in markers if m == "numpy"):
@@ -85,7 +87,8 @@ def profile_with_perf(steps, batch):
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "perf.data")
         steps_output = subprocess.run(
-            ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-F", "999", "-g", "-o", data, "--",
+            ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-F", "999", "--call-graph", "dwarf,16384",
+             "-o", data, "--",
              sys.executable, os.path.abspath(__file__), "--steps", str(steps), "--batch",
              str(batch)], check=True, capture_output=True, text=True).stdout
         script = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,ip,dso"],
