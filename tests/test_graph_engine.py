@@ -265,8 +265,7 @@ def test_reads_see_the_start_of_run_value_even_after_an_assign_in_the_same_run()
     # The reads are made before the steps: the variable and its `read` take no step; the
     # Identity under a control edge keeps its own.
     plan = s._plan([assign.outputs[0], before, after, late_read], {})
-    assert [step[0].name for step in plan.steps
-            if step[0].type in ("VariableV2", "Identity")] == ["late_read"]
+    assert [t.op.name for t, _ in plan.variable_reads] == ["v", "v/read"]
 
 
 def test_update_state_false_leaves_every_variable_unchanged():
@@ -726,3 +725,28 @@ def test_constant_subgraphs_run_once_per_plan():
     for _ in range(2):
         with pytest.raises(ValueError, match="reshape"):
             s.run(broken, {x: np.zeros(3, F32)})
+
+
+def test_steps_run_in_groups_and_a_failure_names_its_op():
+    """After a plan's first run its consecutive steps run as one generated call (step_runs.py):
+    the same values, every intermediate fetchable, and an error names the op that raised it."""
+    from fqcore.graph import step_runs
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [None], name="x")
+        y = G.placeholder("float32", [None], name="y")
+        shifted = G.add(x, 1.0, name="shifted")
+        product = G.multiply(shifted, y, name="product")
+        total = G.reduce_sum(G.multiply(product, product, name="squares"), name="total")
+    s = G.Session(g)
+    for _ in range(2):
+        got_shifted, got_total = s.run([shifted, total], {x: np.arange(4, dtype=F32),
+                                                          y: np.full(4, 2, F32)})
+    np.testing.assert_array_equal(got_shifted, [1, 2, 3, 4])
+    assert got_total == 120
+    plan = max(s._plans.values(), key=lambda p: len(p.order))
+    runs = [step[0] for step in plan.steps if isinstance(step[0], step_runs.StepRun)]
+    assert [[op.name for op in run.members] for run in runs] == [
+        ["shifted", "product", "squares", "total"]]
+    with pytest.raises(ValueError, match=r"^product \(Mul\): operands could not be broadcast"):
+        s.run([shifted, total], {x: np.arange(4, dtype=F32), y: np.ones(3, F32)})

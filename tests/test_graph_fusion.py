@@ -53,7 +53,7 @@ def _chain_graph(kind, activation, channels=8):
 
 def _fused_units(session):
     plan = max(session._plans.values(), key=lambda p: len(p.steps))
-    return [unit for unit, *_ in plan.steps if isinstance(unit, fusion.FusedChannelChain)]
+    return [unit for unit in plan.units if isinstance(unit, fusion.FusedChannelChain)]
 
 
 @pytest.mark.parametrize("kind", ["fold", "scale_shift", "bias", "shifts"])
@@ -102,12 +102,12 @@ def test_the_demo_graph_fuses_each_folded_layer_and_trains_the_same(monkeypatch)
     assert {tuple(op.type for op in u.ops) for u in units} <= {
         ("Mul", "AddV2", "AddV2", "Relu6"), ("Mul", "AddV2", "AddV2")}
     plan = max(fused.session._plans.values(), key=lambda p: len(p.steps))
-    statistics = [u for u, *_ in plan.steps if isinstance(u, fusion.BatchNormStatistics)]
+    statistics = [u for u in plan.units if isinstance(u, fusion.BatchNormStatistics)]
     assert sorted(u.name for u in statistics) == [
         "block1/dw/BatchNorm/FusedBatchNormV3", "block1/pw/BatchNorm/FusedBatchNormV3",
         "conv1/BatchNorm/FusedBatchNormV3", "conv2/BatchNorm/FusedBatchNormV3"]
     # Every range tracker's batch min and max: the weights' (5) and activations' (6).
-    ranges = [u for u, *_ in plan.steps if isinstance(u, fusion.RangePair)]
+    ranges = [u for u in plan.units if isinstance(u, fusion.RangePair)]
     assert len(ranges) == 11 and all(u.ops[0].inputs[0] is u.ops[1].inputs[0] for u in ranges)
     _unfused(monkeypatch)
     plain = demo.training_setup(quantized=True, learning_rate=0.01)
@@ -176,7 +176,7 @@ def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, stri
     session = G.Session(g)
     fused = session.run(outs + grads, feeds)
     plan = max(session._plans.values(), key=lambda p: len(p.steps))
-    convs = [unit for unit, *_ in plan.steps if isinstance(unit, fusion.ColumnsConv2D)]
+    convs = [unit for unit in plan.units if isinstance(unit, fusion.ColumnsConv2D)]
     assert [unit.shared for unit in convs] == [False, True, False]
     _unfused(monkeypatch)
     plain = G.Session(g).run(outs + grads, feeds)
@@ -197,7 +197,7 @@ def test_a_batch_norm_whose_y_is_fetched_still_normalizes():
         session = G.Session(g)
         values = session.run(fetches, feeds)
         plan = max(session._plans.values(), key=lambda p: len(p.steps))
-        return values, [u for u, *_ in plan.steps if isinstance(u, fusion.BatchNormStatistics)]
+        return values, [u for u in plan.units if isinstance(u, fusion.BatchNormStatistics)]
     (y_value, mean_value), units = units_for([y, mean])
     assert units == [] and y_value.shape == (2, 3, 3, 4)
     (mean_only,), units = units_for([mean])
@@ -248,7 +248,7 @@ def test_a_min_and_a_max_of_one_tensor_are_one_pass(monkeypatch, axis, keepdims)
     session = G.Session(g)
     fused = session.run([low, high, low_squared] + grads, feeds)
     plan = max(session._plans.values(), key=lambda p: len(p.steps))
-    pairs = [u for u, *_ in plan.steps if isinstance(u, fusion.RangePair)]
+    pairs = [u for u in plan.units if isinstance(u, fusion.RangePair)]
     assert [[op.type for op in u.ops] for u in pairs] == [["Min", "Max"]]
     _unfused(monkeypatch)
     plain = G.Session(g).run([low, high, low_squared] + grads, feeds)

@@ -5,7 +5,7 @@ import heapq
 
 import numpy as np
 
-from . import fusion
+from . import fusion, step_runs
 from .core import Operation, Tensor
 from .op_defs.control import DEAD
 from .op_registry import gradient_function, op_def
@@ -171,7 +171,7 @@ class _Plan:
             if op.type == "Switch" or any(t.op in can_die for t in op.inputs) or any(
                     c in can_die for c in op.control_inputs):
                 can_die.add(op)
-        units = fusion.fuse(order, _rules(order, elements, feeds, can_die))
+        self.units = units = fusion.fuse(order, _rules(order, elements, feeds, can_die))
         self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
                           for op in unit.ops}
         self.variable_reads = _variable_reads(order, can_die)
@@ -188,9 +188,11 @@ class _Plan:
 
     def fold(self, values):
         """After a run that succeeded: keeps the foldable ops' outputs (`values`) as constants of
-        the plan and drops their steps, so later runs start from them."""
+        the plan and drops their steps, so later runs start from them; the steps left run in
+        groups (step_runs.py)."""
         self.constants = {t: values[t] for op in self.foldable for t in op.outputs}
-        self.steps = [step for step in self.steps if step[0] not in self.foldable]
+        self.steps = step_runs.group([step for step in self.steps
+                                      if step[0] not in self.foldable])
 
     def backprop_path(self, gradients_op):
         """The differentiable ops between the Gradients op's xs and its y, in reverse execution
@@ -307,6 +309,7 @@ class _Run:
         self.snapshot = dict(session._store)
         self.update_state = update_state
         self.dead_ops = set()
+        self.failing_op = None
 
     def execute(self):
         plan, values = self.plan, self.values
@@ -326,9 +329,10 @@ class _Run:
             try:
                 results = forward(op, args, self)
             except (ValueError, TypeError) as error:
+                failed = self.failing_op or op  # a StepRun names its member
                 message = str(error)
-                if op.name not in message:
-                    message = f"{op.name} ({op.type}): {message}"
+                if failed.name not in message:
+                    message = f"{failed.name} ({failed.type}): {message}"
                 raise type(error)(message) from error
             values.update(zip(outputs, results))
         if first:
