@@ -5,7 +5,7 @@ import heapq
 
 import numpy as np
 
-from . import fusion, step_runs
+from . import fusion, reverse_code, step_runs
 from .core import Operation, Tensor
 from .op_defs.control import DEAD
 from .op_registry import gradient_function, op_def
@@ -183,6 +183,7 @@ class _Plan:
                       for unit in units if unit not in read_ops]
         self.position = {op: i for i, op in enumerate(order)}
         self.backprop_paths = {}
+        self.reverse_codes = {}
         self.foldable = _foldable(order, can_die, feeds)
         self.constants = None  # the foldable ops' outputs, once a run has computed them
 
@@ -234,6 +235,14 @@ class _Plan:
                                  summed(unit)))
             self.backprop_paths[gradients_op] = path
         return path
+
+    def reverse_mode(self, gradients_op):
+        """The path of backprop_path as one function (reverse_code.py), made once."""
+        code = self.reverse_codes.get(gradients_op)
+        if code is None:
+            code = self.reverse_codes[gradients_op] = reverse_code.compile_path(
+                self.backprop_path(gradients_op))
+        return code
 
 
 def _variable_reads(order, can_die):
@@ -359,19 +368,8 @@ class _Run:
         """Reverse mode from gradients_op's y to its xs over this run's values."""
         values = self.values
         y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
-        grads = {y: np.ones_like(values[y])}
-        dead = self.dead_ops
-        for op, gradient, summed in self.plan.backprop_path(gradients_op):
-            out_grads = [grads.get(t) for t in op.outputs]
-            if op in dead or all(g is None for g in out_grads):
-                continue
-            in_grads = gradient(op, [values[t] for t in op.inputs],
-                                [values[t] for t in op.outputs], out_grads)
-            for k, t in summed:
-                g = in_grads[k]
-                if g is not None:
-                    previous = grads.get(t)
-                    grads[t] = g if previous is None else previous + g
+        grads = self.plan.reverse_mode(gradients_op)(values, {y: np.ones_like(values[y])},
+                                                     self.dead_ops)
         return tuple(np.asarray(grads[x], values[x].dtype) if x in grads else
                      np.zeros_like(values[x]) for x in xs)
 
