@@ -1,5 +1,10 @@
 """The engine: runs a graph's ops in dependency order on numpy and fqcore's kernels, holds the
-variables' values, and computes gradients (reverse mode) when a Gradients op runs."""
+variables' values, and computes gradients (reverse mode) when a Gradients op runs.
+
+A plan, made once for a set of fetches and feeds, orders the ops and fuses what one kernel call
+can do (fusion.py); a run reads the variables first, then runs the steps. After a plan's first
+successful run it keeps its constant ops' values and groups its consecutive steps into generated
+calls (step_runs.py); each Gradients op's path runs as a generated function (reverse_code.py)."""
 import functools
 import heapq
 
