@@ -1,7 +1,6 @@
 /* Public convolution entry points: validation, im2col (a copy), and the split of the other kernels'
    rows over threads. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "../include/fqcore.h"
 #include "../common/fpenv.h"
@@ -64,10 +63,11 @@ static fq_status check_geometry(const fq_conv_geometry *g, size_t multiplier, co
 
 static int missing(const void *p, size_t elements) { return elements > 0 && p == NULL; }
 
-/* The forward sees a multiplier M as x with each channel repeated M times (C * M channels,
-   multiplier 1): output channel c * M + m then pairs x[c] with w[.., c * M + m] as a multiplier of
-   1 pairs channel with channel. Sets job->x, job->g.channels and job->multiplier, and the buffer
-   to free (NULL for M = 1); FQ_ERR_NO_MEMORY when it cannot be had. */
+/* The forward and the filter gradient see a multiplier M as x with each channel repeated M times
+   (C * M channels, multiplier 1): output channel c * M + m then pairs x[c] with w[.., c * M + m]
+   and dy[.., c * M + m] as a multiplier of 1 pairs channel with channel. Sets job->x,
+   job->g.channels and job->multiplier, and the buffer to free (NULL for M = 1); FQ_ERR_NO_MEMORY
+   when it cannot be had. */
 static fq_status repeat_channels(fq_conv_job *job, size_t input, float **buffer) {
     const size_t m = job->multiplier;
     *buffer = NULL;
@@ -84,25 +84,43 @@ static fq_status repeat_channels(fq_conv_job *job, size_t input, float **buffer)
     return FQ_OK;
 }
 
-/* job->tiled for an input gradient that can use it (see fq_conv_job), or leaves it NULL; the
+/* Input index `in` is read by output index (in + pad - t * dilation) / stride at tap t when that
+   divides and is below out_size. */
+static fq_conv_walk gather_walk(size_t in, size_t taps, size_t stride, size_t dilation, size_t pad,
+                                size_t out_size) {
+    fq_conv_walk walk = {0, 1, 0, 0, 0};
+    const size_t at = in + pad;
+    for (size_t t = 0; t < taps; ++t) {
+        const size_t offset = t * dilation;
+        if (offset > at || (at - offset) % stride != 0 || (at - offset) / stride >= out_size)
+            continue;
+        if (walk.count == 0) walk.first = t;
+        else if (walk.count == 1) walk.step = t - walk.first;
+        ++walk.count;
+    }
+    if (walk.count > 0) {
+        walk.index = (at - walk.first * dilation) / stride;
+        walk.index_step = -(ptrdiff_t)(walk.step * dilation / stride);
+    }
+    return walk;
+}
+
+/* job->walks for an input gradient that uses them (see fq_conv_job), or leaves them NULL; the
    buffer to free, and FQ_ERR_NO_MEMORY when it cannot be had. */
-static fq_status tile_filter(fq_conv_job *job, float **buffer) {
+static fq_status input_walks(fq_conv_job *job, fq_conv_walk **buffer) {
     const fq_conv_geometry *g = &job->g;
     *buffer = NULL;
-    if (job->multiplier != 1 || g->stride_width != 1 || g->out_width == 0 || g->channels == 0)
-        return FQ_OK;
-    const size_t taps = g->kernel_height * g->kernel_width, length = g->out_width * g->channels;
-    size_t total;
-    if (__builtin_mul_overflow(taps, length, &total)) return FQ_ERR_BAD_SHAPE;
-    float *tiled = malloc(total * sizeof(float));
-    if (tiled == NULL) return FQ_ERR_NO_MEMORY;
-    for (size_t tap = 0; tap < taps; ++tap)
-        for (size_t q = 0; q < g->out_width; ++q)
-            memcpy(tiled + tap * length + q * g->channels, job->w + tap * g->channels,
-                   g->channels * sizeof(float));
-    job->tiled = tiled;
-    job->tiled_length = length;
-    *buffer = tiled;
+    if (g->stride_width != 1 || g->height + g->width == 0) return FQ_OK;
+    fq_conv_walk *walks = malloc((g->height + g->width) * sizeof *walks);
+    if (walks == NULL) return FQ_ERR_NO_MEMORY;
+    for (size_t h = 0; h < g->height; ++h)
+        walks[h] = gather_walk(h, g->kernel_height, g->stride_height, g->dilation_height,
+                               g->pad_top, g->out_height);
+    for (size_t w = 0; w < g->width; ++w)
+        walks[g->height + w] = gather_walk(w, g->kernel_width, g->stride_width,
+                                           g->dilation_width, g->pad_left, g->out_width);
+    job->walks = walks;
+    *buffer = walks;
     return FQ_OK;
 }
 
@@ -121,7 +139,7 @@ fq_status fq_f32_depthwise(const float *x, const float *w, size_t multiplier,
     if (missing(x, s.input) || missing(w, s.window * multiplier) ||
         missing(y, s.pixels * geometry->channels * multiplier))
         return FQ_ERR_NULL_POINTER;
-    fq_conv_job job = {*geometry, multiplier, x, w, NULL, NULL, y, NULL, 0, NULL, 0};
+    fq_conv_job job = {*geometry, multiplier, x, w, NULL, NULL, y, NULL, 0, NULL};
     float *repeated;
     if ((status = repeat_channels(&job, s.input, &repeated)) != FQ_OK) return status;
     const fq_fpenv saved = fq_fpenv_enter();
@@ -141,14 +159,14 @@ fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w, s
         missing(w, s.window * multiplier) || missing(x_backprop, s.input))
         return FQ_ERR_NULL_POINTER;
     fq_conv_job job = {*geometry, multiplier, NULL, w, y_backprop, NULL, x_backprop, NULL, 0,
-                       NULL, 0};
-    float *tiled;
-    if ((status = tile_filter(&job, &tiled)) != FQ_OK) return status;
+                       NULL};
+    fq_conv_walk *walks;
+    if ((status = input_walks(&job, &walks)) != FQ_OK) return status;
     const fq_fpenv saved = fq_fpenv_enter();
     run_rows(active_kernels()->depthwise_grad_input, &job, geometry->batch * geometry->height,
              s.input);
     fq_fpenv_leave(saved);
-    free(tiled);
+    free(walks);
     return FQ_OK;
 }
 
@@ -172,8 +190,13 @@ fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop, 
     if (blocks == 0 || filter == 0) return FQ_OK;
     float *partials = malloc(blocks * filter * sizeof(float));
     if (partials == NULL) return FQ_ERR_NO_MEMORY;
-    const fq_conv_job job = {*geometry, multiplier, x, NULL, y_backprop, NULL, NULL, partials,
-                             rows_per_block, NULL, 0};
+    fq_conv_job job = {*geometry, multiplier, x, NULL, y_backprop, NULL, NULL, partials,
+                       rows_per_block, NULL};
+    float *repeated;
+    if ((status = repeat_channels(&job, s.input, &repeated)) != FQ_OK) {
+        free(partials);
+        return status;
+    }
     const fq_fpenv saved = fq_fpenv_enter();
     fq_parallel_for(fq_runtime_threads_for(rows * row_elements, blocks), blocks,
                     active_kernels()->depthwise_grad_filter, (void *)&job);
@@ -181,6 +204,7 @@ fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop, 
     for (size_t block = 0; block < blocks; ++block)
         for (size_t k = 0; k < filter; ++k) w_backprop[k] += partials[block * filter + k];
     fq_fpenv_leave(saved);
+    free(repeated);
     free(partials);
     return FQ_OK;
 }
@@ -233,7 +257,7 @@ fq_status fq_f32_im2col(const float *x, const fq_conv_geometry *geometry, float 
     fq_status status = check_geometry(geometry, 1, &s);
     if (status != FQ_OK) return status;
     if (missing(x, s.input) || missing(cols, s.pixels * s.window)) return FQ_ERR_NULL_POINTER;
-    const fq_conv_job job = {*geometry, 1, x, NULL, NULL, NULL, cols, NULL, 0, NULL, 0};
+    const fq_conv_job job = {*geometry, 1, x, NULL, NULL, NULL, cols, NULL, 0, NULL};
     run_rows(im2col_rows, &job, geometry->batch * geometry->out_height, s.pixels * s.window);
     return FQ_OK;
 }
@@ -244,7 +268,7 @@ fq_status fq_f32_col2im(const float *cols, const fq_conv_geometry *geometry, flo
     if (status != FQ_OK) return status;
     if (missing(cols, s.pixels * s.window) || missing(x_backprop, s.input))
         return FQ_ERR_NULL_POINTER;
-    const fq_conv_job job = {*geometry, 1, NULL, NULL, NULL, cols, x_backprop, NULL, 0, NULL, 0};
+    const fq_conv_job job = {*geometry, 1, NULL, NULL, NULL, cols, x_backprop, NULL, 0, NULL};
     const fq_fpenv saved = fq_fpenv_enter();
     run_rows(active_kernels()->col2im, &job, geometry->batch * geometry->height, s.input);
     fq_fpenv_leave(saved);

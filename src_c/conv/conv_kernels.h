@@ -8,20 +8,29 @@
 #include "../include/fqcore.h"
 #include "../common/parallel.h"
 
+/* The taps that meet one position, along one dimension: `count` taps from `first`, `step` apart;
+   the other side's index at the first (the input index for the forward, the output index for the
+   input gradient) and its change per step. Valid taps always form such a run. */
+typedef struct {
+    size_t first, step, count, index;
+    ptrdiff_t index_step;
+} fq_conv_walk;
+
 /* One call: the geometry, its operands, and the partial sums of a filter gradient. */
 typedef struct {
     fq_conv_geometry g;
-    /* depthwise: filter [KH, KW, C, M], output channel c * M + m; the forward's is 1, with x's
-       channels repeated M times (g.channels C * M) */
+    /* depthwise: filter [KH, KW, C, M], output channel c * M + m; the forward's and the filter
+       gradient's is 1, with x's channels repeated M times (g.channels C * M) */
     size_t multiplier;
     const float *x, *w, *dy, *cols;
     float *out;
     float *partials;      /* depthwise filter gradient: one [KH, KW, C, M] sum per block */
     size_t rows_per_block;
-    /* The input gradient with a column stride of 1 and no multiplier: each tap's C filter values
-       repeated along a row, tiled_length (out_width * C) floats a tap; NULL otherwise. */
-    const float *tiled;
-    size_t tiled_length;
+    /* The input gradient with a column stride of 1: the output rows and columns that read each
+       input row (H walks), then each input column (W walks); NULL otherwise. They depend on the
+       geometry alone, so they are found once per call rather than per row and pixel (each is a few
+       divisions per tap). */
+    const fq_conv_walk *walks;
 } fq_conv_job;
 
 /* One ISA's kernels, each over a range of rows: output rows (n * OH + r) for the forward and the

@@ -3,29 +3,39 @@
    each multiply and add rounded on its own, so every ISA gives the same bits. Define
    FQ_CONV_TABLE (the table's name) before including this file.
 
-   The forward sums each output element in registers: a block of CONV_PIXELS pixels x
-   CONV_CHANNELS channels, started at 0.0f, given its taps' terms in row-major order and stored
-   once; accumulating in the output instead costs a load and a store of it per tap. A block row is
-   a conv_vec, GCC's generic vector of CONV_CHANNELS floats, which each ISA's compiler splits into
-   its own registers (one zmm, two ymm, four NEON or SSE vectors): written as float arrays, the
-   blocks stayed in memory. Block sizes are compile-time constants (their loops unroll); the ragged
-   ends (a row's edge pixels, whose taps fall partly in the padding, its last pixels, the channels
-   past the last whole block) run the same code on one pixel or on fewer lanes.
+   The forward and the input gradient (column stride 1) sum each output element in registers: a
+   block of CONV_PIXELS pixels x CONV_CHANNELS channels, started at 0.0f, given its taps' terms in
+   the documented order (taps row-major, then the multiplier) and stored once; accumulating in the
+   output instead costs a load and a store of it per tap. A block row is a conv_vec, GCC's generic
+   vector of CONV_CHANNELS floats, which each ISA's compiler keeps in its registers (one zmm, ymm
+   or xmm; four NEON vectors): written as float arrays, the blocks stayed in memory.
+   Block sizes are compile-time constants (their loops unroll); the ragged ends (a row's edge
+   pixels, whose taps fall partly in the padding, its last pixels, the channels past the last
+   whole block) run the same code on fewer pixels or on fewer lanes.
 
-   The gradients and col2im loop over the longest contiguous runs the layout has: with a column
-   stride of 1, the pixels of a row that one kernel position meets are consecutive, so that
-   position's work on the row is one loop over (pixels x channels) floats (for the input gradient,
-   against the filter tap repeated along the row: fq_conv_job.tiled); per pixel, a loop over the
-   channels alone would be a few vectors long. */
+   The filter gradient sums a group of taps over a block of rows in registers (see its section).
+   col2im and the input gradient at larger column strides loop over the longest contiguous runs
+   the layout has (register blocks were not faster there on every shape measured). */
 #include <stddef.h>
 #include <string.h>
 
 #include "conv_kernels.h"
 
-#define CONV_PIXELS 4
-#define CONV_CHANNELS 16
+#define CONV_PIXELS 4 /* gather_pixels has a case for each size up to it */
+/* A block row's channels: one register of the ISA (conv_avx2.c and the others set theirs). GCC
+   splits a wider generic vector into registers in a late pass, and on AVX2 it then kept the
+   blocks in memory (the forward and the input gradient ran 2-4x slower than with 8 lanes). */
+#ifndef CONV_CHANNELS
+#define CONV_CHANNELS 4
+#endif
 
 typedef float conv_vec __attribute__((vector_size(CONV_CHANNELS * sizeof(float))));
+
+/* The filter gradient's channels per sum vector: one register, as CONV_CHANNELS (NEON keeps the
+   forward's blocks of 16, conv_neon.c). */
+#ifndef FILTER_CHANNELS
+#define FILTER_CHANNELS CONV_CHANNELS
+#endif
 
 #define CONV_INLINE static inline __attribute__((always_inline))
 #define CONV_UNROLL _Pragma("GCC unroll 16")
@@ -49,19 +59,18 @@ static inline size_t conv_read_index(size_t out, size_t tap, size_t stride, size
     return out * stride + tap * dilation - pad;
 }
 
-/* --- The forward's blocks: acc[p] lane c for p < pixels, c < width (both at most the block's
-   size). --- */
+/* --- The blocks: acc[p] lane c for p < pixels, c < width (both at most the block's size). --- */
 
-/* *v = `width` floats from p (lanes past width 0). Vectors go by pointer: passed by value they
-   would change the ABI where the ISA has no such registers (always inlined, no ABI is involved,
-   but GCC warns). */
-CONV_INLINE void load_lanes(conv_vec *v, const float *p, size_t width) {
-    if (width == CONV_CHANNELS) {
+/* *v = `width` floats `m` apart from p (lanes past width 0). Vectors go by pointer: passed by
+   value they would change the ABI where the ISA has no such registers (always inlined, no ABI is
+   involved, but GCC warns). */
+CONV_INLINE void load_lanes(conv_vec *v, const float *p, size_t width, size_t m) {
+    if (width == CONV_CHANNELS && m == 1) {
         memcpy(v, p, sizeof *v);
         return;
     }
     *v = (conv_vec){0};
-    for (size_t c = 0; c < width; ++c) (*v)[c] = p[c];
+    for (size_t c = 0; c < width; ++c) (*v)[c] = p[c * m];
 }
 
 CONV_INLINE void store_lanes(float *p, const conv_vec *v, size_t width) {
@@ -73,14 +82,17 @@ CONV_INLINE void block_zero(conv_vec *acc, size_t pixels) {
     CONV_UNROLL for (size_t p = 0; p < pixels; ++p) acc[p] = (conv_vec){0};
 }
 
-/* acc[p][c] += a[p * step + c] * w[c]: one tap's terms. */
-CONV_INLINE void block_multiply_add(conv_vec *acc, size_t pixels, size_t width, const float *a,
-                                    size_t step, const float *w) {
-    conv_vec wv, av;
-    load_lanes(&wv, w, width);
-    CONV_UNROLL for (size_t p = 0; p < pixels; ++p) {
-        load_lanes(&av, a + p * step, width);
-        acc[p] += av * wv;
+/* acc[p][c] += a[p * step + c * m + k] * w[c * m + k] for k < m in order: one tap's terms, the
+   multiplier's last (m is 1 but in the input gradient). */
+CONV_INLINE void block_multiply_add(conv_vec *acc, size_t pixels, size_t width, size_t m,
+                                    const float *a, size_t step, const float *w) {
+    for (size_t k = 0; k < m; ++k) {
+        conv_vec wk, ak;
+        load_lanes(&wk, w + k, width, m);
+        CONV_UNROLL for (size_t p = 0; p < pixels; ++p) {
+            load_lanes(&ak, a + p * step + k, width, m);
+            acc[p] += ak * wk;
+        }
     }
 }
 
@@ -89,17 +101,10 @@ CONV_INLINE void block_store(float *out, size_t step, const conv_vec *acc, size_
     CONV_UNROLL for (size_t p = 0; p < pixels; ++p) store_lanes(out + p * step, &acc[p], width);
 }
 
-/* --- The taps that meet one output position, along one dimension: `count` taps from `first`;
-   the input index at the first and its change per tap. --- */
-typedef struct {
-    size_t first, count, index;
-    ptrdiff_t index_step;
-} conv_walk;
-
 /* Output index `out` reads input index out * stride + t * dilation - pad, in [0, size). */
-static conv_walk forward_walk(size_t out, size_t taps, size_t stride, size_t dilation, size_t pad,
+static fq_conv_walk forward_walk(size_t out, size_t taps, size_t stride, size_t dilation, size_t pad,
                               size_t size) {
-    conv_walk walk = {0, 0, 0, (ptrdiff_t)dilation};
+    fq_conv_walk walk = {0, 1, 0, 0, (ptrdiff_t)dilation};
     const size_t at = out * stride;
     const size_t first = at >= pad ? 0 : (pad - at + dilation - 1) / dilation;
     const size_t end = min_size(taps, at >= pad + size ? 0 : (pad + size - at - 1) / dilation + 1);
@@ -114,44 +119,45 @@ static conv_walk forward_walk(size_t out, size_t taps, size_t stride, size_t dil
 /* Whether the positions between two whose walks these are meet the same taps: valid taps move
    monotonically with the position, so equal ends say so, unless both are empty (the run may pass
    between them). */
-static int same_taps(conv_walk a, conv_walk b) {
+static int same_taps(fq_conv_walk a, fq_conv_walk b) {
     return a.count > 0 && a.first == b.first && a.count == b.count;
 }
 
 /* A block's taps: rows x cols of them, the k-th row and l-th column's term reading
    src + k * src_row + l * src_col (pixel p at p * step further) and w + k * w_row + l * w_col;
-   channel c0's at c0 further. */
+   channel c0's at c0 (times the multiplier, for w and dy) further. */
 typedef struct {
     const float *src, *w;
     ptrdiff_t src_row, src_col, w_row, w_col;
     size_t rows, cols, step;
 } conv_taps;
 
-/* acc[p][c] for channels [c0, c0 + width): each tap's term, taps row-major. */
-CONV_INLINE void block_taps(conv_vec *acc, size_t pixels, size_t width, const conv_taps *t,
-                            size_t c0) {
+/* acc[p][c] for channels [c0, c0 + width): each tap's term, taps row-major, with the multiplier m. */
+CONV_INLINE void block_taps(conv_vec *acc, size_t pixels, size_t width, size_t m,
+                            const conv_taps *t, size_t c0) {
     for (size_t k = 0; k < t->rows; ++k)
         for (size_t l = 0; l < t->cols; ++l)
-            block_multiply_add(acc, pixels, width,
-                               t->src + (ptrdiff_t)k * t->src_row + (ptrdiff_t)l * t->src_col + c0,
+            block_multiply_add(acc, pixels, width, m,
+                               t->src + (ptrdiff_t)k * t->src_row + (ptrdiff_t)l * t->src_col + c0 * m,
                                t->step,
-                               t->w + (ptrdiff_t)k * t->w_row + (ptrdiff_t)l * t->w_col + c0);
+                               t->w + (ptrdiff_t)k * t->w_row + (ptrdiff_t)l * t->w_col + c0 * m);
 }
 
 /* `pixels` pixels (out[p * out_step]) that share their taps, every channel: whole blocks, then the
    rest. */
-CONV_INLINE void block_pixels(const conv_taps *t, size_t pixels, size_t channels,
+CONV_INLINE void block_pixels(const conv_taps *t, size_t pixels, size_t channels, size_t m,
                               float *restrict out, size_t out_step) {
     const size_t whole = channels - channels % CONV_CHANNELS;
     conv_vec acc[CONV_PIXELS];
     for (size_t c0 = 0; c0 < whole; c0 += CONV_CHANNELS) {
         block_zero(acc, pixels);
-        block_taps(acc, pixels, CONV_CHANNELS, t, c0);
+        if (m == 1) block_taps(acc, pixels, CONV_CHANNELS, 1, t, c0);
+        else block_taps(acc, pixels, CONV_CHANNELS, m, t, c0);
         block_store(out + c0, out_step, acc, pixels, CONV_CHANNELS);
     }
     if (whole < channels) {
         block_zero(acc, pixels);
-        block_taps(acc, pixels, channels - whole, t, whole);
+        block_taps(acc, pixels, channels - whole, m, t, whole);
         block_store(out + whole, out_step, acc, pixels, channels - whole);
     }
 }
@@ -165,12 +171,12 @@ static void depthwise(void *context, size_t first_row, size_t end_row) {
     const size_t c = g->channels, kw = g->kernel_width;
     for (size_t row = first_row; row < end_row; ++row) {
         const size_t n = row / g->out_height, r = row % g->out_height;
-        const conv_walk rows = forward_walk(r, g->kernel_height, g->stride_height,
+        const fq_conv_walk rows = forward_walk(r, g->kernel_height, g->stride_height,
                                             g->dilation_height, g->pad_top, g->height);
         float *y_row = job->out + row * g->out_width * c;
         const float *x_row = job->x + (n * g->height + rows.index) * g->width * c;
         for (size_t q = 0; q < g->out_width;) {
-            const conv_walk cols = forward_walk(q, kw, g->stride_width, g->dilation_width,
+            const fq_conv_walk cols = forward_walk(q, kw, g->stride_width, g->dilation_width,
                                                 g->pad_left, g->width);
             const int block = q + CONV_PIXELS <= g->out_width &&
                               same_taps(cols, forward_walk(q + CONV_PIXELS - 1, kw, g->stride_width,
@@ -180,9 +186,59 @@ static void depthwise(void *context, size_t first_row, size_t end_row) {
                                     rows.index_step * (ptrdiff_t)(g->width * c),
                                     cols.index_step * (ptrdiff_t)c, (ptrdiff_t)(kw * c),
                                     (ptrdiff_t)c, rows.count, cols.count, g->stride_width * c};
-            if (block) block_pixels(&taps, CONV_PIXELS, c, y_row + q * c, c);
-            else block_pixels(&taps, 1, c, y_row + q * c, c);
+            if (block) block_pixels(&taps, CONV_PIXELS, c, 1, y_row + q * c, c);
+            else block_pixels(&taps, 1, c, 1, y_row + q * c, c);
             q += block ? CONV_PIXELS : 1;
+        }
+    }
+}
+
+/* How many of the `most` (at most CONV_PIXELS) positions from walks[0] on meet the same taps as
+   the first (1 when it meets none): a block's pixels, so a row's last few pixels take one block of
+   fewer pixels rather than a block each. */
+static size_t same_run(const fq_conv_walk *walks, size_t most) {
+    size_t n = 1;
+    while (n < most && same_taps(walks[0], walks[n])) ++n;
+    return n;
+}
+
+/* block_pixels with `pixels` (1 to CONV_PIXELS) a compile-time constant. */
+CONV_INLINE void gather_pixels(const conv_taps *t, size_t pixels, size_t channels, size_t m,
+                               float *restrict out, size_t out_step) {
+    switch (pixels) {
+    case 4: block_pixels(t, 4, channels, m, out, out_step); break;
+    case 3: block_pixels(t, 3, channels, m, out, out_step); break;
+    case 2: block_pixels(t, 2, channels, m, out, out_step); break;
+    default: block_pixels(t, 1, channels, m, out, out_step); break;
+    }
+}
+
+/* --- Input gradient: dx[n, h, w, c] = sum over the taps (i, j) whose window reads (h, w) of
+   dy[.., c * M + m] * w[i, j, c, m] (m in order). --- */
+
+/* With a column stride of 1, consecutive input pixels meet a tap at consecutive output pixels, so
+   a block takes CONV_PIXELS of them (a stride of 2 or more splits a row into that many phases of a
+   few pixels each, and the blocks were slower there than the runs below). */
+static void grad_input_blocks(const fq_conv_job *job, size_t first_row, size_t end_row) {
+    const fq_conv_geometry *g = &job->g;
+    const size_t c = g->channels, m = job->multiplier, kw = g->kernel_width, pixel = c * m;
+    const fq_conv_walk *row_walks = job->walks, *col_walks = job->walks + g->height;
+    for (size_t row = first_row; row < end_row; ++row) {
+        const size_t n = row / g->height, h = row % g->height;
+        const fq_conv_walk rows = row_walks[h];
+        float *dx_row = job->out + row * g->width * c;
+        const float *dy_row = job->dy + (n * g->out_height + rows.index) * g->out_width * pixel;
+        for (size_t w = 0; w < g->width;) {
+            const fq_conv_walk cols = col_walks[w];
+            const size_t pixels = same_run(col_walks + w, min_size(g->width - w, CONV_PIXELS));
+            const conv_taps t = {dy_row + cols.index * pixel,
+                                 job->w + (rows.first * kw + cols.first) * pixel,
+                                 rows.index_step * (ptrdiff_t)(g->out_width * pixel),
+                                 cols.index_step * (ptrdiff_t)pixel,
+                                 (ptrdiff_t)(rows.step * kw * pixel), (ptrdiff_t)(cols.step * pixel),
+                                 rows.count, cols.count, pixel};
+            gather_pixels(&t, pixels, c, m, dx_row + w * c, c);
+            w += pixels;
         }
     }
 }
@@ -197,16 +253,9 @@ static void multiply_add(float *restrict out, const float *restrict a, const flo
     for (size_t k = 0; k < n; ++k) out[k] += a[k] * b[k];
 }
 
-/* Depthwise with a multiplier: out[c * M + m] += x[c] * w[c * M + m]. */
-static void multiply_add_channels(float *restrict out, const float *restrict x,
-                                  const float *restrict w, size_t channels, size_t m) {
-    for (size_t c = 0; c < channels; ++c)
-        for (size_t k = 0; k < m; ++k) out[c * m + k] += x[c] * w[c * m + k];
-}
-
-/* dx[n, h, w, c] = sum over the taps and outputs that read it of dy[.., c * M + m] * w[i, j, c, m]. */
-static void depthwise_grad_input(void *context, size_t first_row, size_t end_row) {
-    const fq_conv_job *job = context;
+/* Column strides of 2 or more: dx's row starts at zero and takes each tap's terms in order, a
+   tap's run of output pixels at a time. */
+static void grad_input_runs(const fq_conv_job *job, size_t first_row, size_t end_row) {
     const fq_conv_geometry *g = &job->g;
     const size_t c_in = g->channels, m = job->multiplier, c_out = c_in * m;
     for (size_t row = first_row; row < end_row; ++row) {
@@ -225,17 +274,10 @@ static void depthwise_grad_input(void *context, size_t first_row, size_t end_row
                 conv_reading(j, g->stride_width, g->dilation_width, g->pad_left, g->width,
                              g->out_width, &q0, &q1);
                 if (q0 == q1) continue;
-                const size_t tap = i * g->kernel_width + j;
-                const size_t col0 = conv_read_index(q0, j, g->stride_width, g->dilation_width,
-                                                    g->pad_left);
+                const float *w = job->w + (i * g->kernel_width + j) * c_out;
                 const float *dy = dy_row + q0 * c_out;
-                if (job->tiled != NULL) {
-                    multiply_add(out + col0 * c_in, dy, job->tiled + tap * job->tiled_length,
-                                 (q1 - q0) * c_in);
-                    continue;
-                }
-                const float *w = job->w + tap * c_out;
-                float *dx = out + col0 * c_in;
+                float *dx = out + conv_read_index(q0, j, g->stride_width, g->dilation_width,
+                                                  g->pad_left) * c_in;
                 for (size_t q = q0; q < q1; ++q, dy += c_out, dx += g->stride_width * c_in) {
                     if (m == 1) {
                         multiply_add(dx, dy, w, c_in);
@@ -249,45 +291,190 @@ static void depthwise_grad_input(void *context, size_t first_row, size_t end_row
     }
 }
 
-/* Block b's partial dw: the sum over its output rows of x[n, ih, iw, c] * dy[n, r, q, c * M + m],
-   rows in order, in each row the pixels in order. */
+static void depthwise_grad_input(void *context, size_t first_row, size_t end_row) {
+    const fq_conv_job *job = context;
+    if (job->g.stride_width == 1) grad_input_blocks(job, first_row, end_row);
+    else grad_input_runs(job, first_row, end_row);
+}
+
+/* --- Filter gradient: block b's partial dw[i, j, c], the sum over its output rows of
+   x[n, ih, iw, c] * dy[n, r, q, c], rows in order, in each row the pixels in order (a multiplier
+   arrives as x with its channels repeated, as in the forward: conv_api.c). A group of up to
+   FILTER_ROWS x FILTER_COLS taps keeps its sums for FILTER_CHANNELS channels in registers over
+   the block's rows: 9 independent sums, where a kernel row's 3 taps were too few to hide the
+   adds' latency. The taps of a group share each pixel's dy load. --- */
+#define FILTER_ROWS 3
+#define FILTER_COLS 3
+
+typedef float filter_vec __attribute__((vector_size(FILTER_CHANNELS * sizeof(float))));
+
+CONV_INLINE void filter_load(filter_vec *v, const float *p, size_t width) {
+    if (width == FILTER_CHANNELS) {
+        memcpy(v, p, sizeof *v);
+        return;
+    }
+    *v = (filter_vec){0};
+    for (size_t c = 0; c < width; ++c) (*v)[c] = p[c];
+}
+
+/* acc[i * FILTER_COLS + j][c] += x[i][q * x_step + j * tap_step + c] * dy[q * dy_step + c] for
+   q < count in order, i < rows, j < cols. */
+CONV_INLINE void filter_pixels(filter_vec *acc, size_t rows, size_t cols, size_t width,
+                               const float *const *x, size_t x_step, size_t tap_step,
+                               const float *dy, size_t dy_step, size_t count) {
+    for (size_t q = 0; q < count; ++q) {
+        filter_vec d, xt;
+        filter_load(&d, dy + q * dy_step, width);
+        CONV_UNROLL for (size_t i = 0; i < rows; ++i)
+            CONV_UNROLL for (size_t j = 0; j < cols; ++j) {
+                filter_load(&xt, x[i] + q * x_step + j * tap_step, width);
+                acc[i * FILTER_COLS + j] += xt * d;
+            }
+    }
+}
+
+/* The output pixels tap column j0 + j of a group reads, [first[j], end[j]); those all of the
+   group's columns read, [shared_first, shared_end) (empty: shared_first == shared_end); and those
+   any of them reads, within [lowest, highest). */
+typedef struct {
+    size_t j0, first[FILTER_COLS], end[FILTER_COLS], shared_first, shared_end, lowest, highest;
+} filter_columns;
+
+static filter_columns filter_reads(const fq_conv_geometry *g, size_t j0, size_t cols) {
+    filter_columns f = {j0, {0}, {0}, 0, g->out_width, g->out_width, 0};
+    for (size_t j = 0; j < cols; ++j) {
+        conv_reading(j0 + j, g->stride_width, g->dilation_width, g->pad_left, g->width,
+                     g->out_width, &f.first[j], &f.end[j]);
+        f.shared_first = f.first[j] > f.shared_first ? f.first[j] : f.shared_first;
+        f.shared_end = min_size(f.end[j], f.shared_end);
+        f.lowest = min_size(f.first[j], f.lowest);
+        f.highest = f.end[j] > f.highest ? f.end[j] : f.highest;
+    }
+    if (f.shared_first > f.shared_end) f.shared_first = f.shared_end;
+    return f;
+}
+
+/* The x that column j of a group reads at output pixel q, from x_row (the input row at channel
+   c0); formed only for pixels j reads. */
+static inline const float *tap_x(const fq_conv_geometry *g, const filter_columns *f,
+                                 const float *x_row, size_t q, size_t j) {
+    return x_row + (q * g->stride_width + (f->j0 + j) * g->dilation_width - g->pad_left) *
+                       g->channels;
+}
+
+/* The terms of output pixels [q0, q1) for the taps of `rows` kernel rows and `cols` columns that
+   read them, pixel by pixel: the few pixels at a row's ends, where some of the columns read
+   padding. */
+CONV_INLINE void filter_edge(const fq_conv_geometry *g, const filter_columns *f, filter_vec *acc,
+                             size_t rows, size_t cols, size_t width, const float *const *x,
+                             const float *dy, size_t q0, size_t q1) {
+    for (size_t q = q0; q < q1; ++q) {
+        filter_vec d, xt;
+        filter_load(&d, dy + q * g->channels, width);
+        CONV_UNROLL for (size_t i = 0; i < rows; ++i)
+            CONV_UNROLL for (size_t j = 0; j < cols; ++j)
+                if (f->first[j] <= q && q < f->end[j]) {
+                    filter_load(&xt, tap_x(g, f, x[i], q, j), width);
+                    acc[i * FILTER_COLS + j] += xt * d;
+                }
+    }
+}
+
+/* One output row's terms for `rows` kernel rows (x[i]: the input row kernel row i reads, as
+   tap_x takes it) and `cols` columns from j0, each tap's pixels in order: the pixels all the
+   columns read in one loop, those before and after them one by one. */
+CONV_INLINE void filter_row(const fq_conv_geometry *g, const filter_columns *f, filter_vec *acc,
+                            size_t rows, size_t cols, size_t width, const float *const *x,
+                            const float *dy) {
+    const size_t c = g->channels;
+    if (f->shared_first == f->shared_end) {
+        filter_edge(g, f, acc, rows, cols, width, x, dy, f->lowest, f->highest);
+        return;
+    }
+    filter_edge(g, f, acc, rows, cols, width, x, dy, f->lowest, f->shared_first);
+    const float *xs[FILTER_ROWS];
+    CONV_UNROLL for (size_t i = 0; i < rows; ++i) xs[i] = tap_x(g, f, x[i], f->shared_first, 0);
+    filter_pixels(acc, rows, cols, width, xs, g->stride_width * c, g->dilation_width * c,
+                  dy + f->shared_first * c, c, f->shared_end - f->shared_first);
+    filter_edge(g, f, acc, rows, cols, width, x, dy, f->shared_end, f->highest);
+}
+
+/* Taps [i0, i0 + rows) x [j0, j0 + cols) (a whole group or one tap), channels [c0, c0 + width),
+   over output rows [first, end): their partial sums into `partial`. An output row whose window
+   puts some of the group's kernel rows in the padding takes the others one at a time (a skipped
+   tap adds nothing, not a zero: with flush-to-zero, -0 + 0 would flip a -0 sum). */
+CONV_INLINE void filter_group(const fq_conv_job *job, size_t i0, size_t rows, size_t j0,
+                              size_t cols, size_t c0, size_t width, size_t first, size_t end,
+                              float *restrict partial) {
+    const fq_conv_geometry *g = &job->g;
+    const size_t c = g->channels;
+    const filter_columns f = filter_reads(g, j0, cols);
+    filter_vec acc[FILTER_ROWS * FILTER_COLS];
+    CONV_UNROLL for (size_t t = 0; t < FILTER_ROWS * FILTER_COLS; ++t) acc[t] = (filter_vec){0};
+    size_t n = first / g->out_height, r = first % g->out_height;
+    for (size_t row = first; row < end; ++row) {
+        const float *x[FILTER_ROWS];
+        size_t inside = 0;
+        CONV_UNROLL for (size_t i = 0; i < rows; ++i) {
+            const size_t at = r * g->stride_height + (i0 + i) * g->dilation_height;
+            x[i] = at >= g->pad_top && at - g->pad_top < g->height
+                       ? job->x + (n * g->height + at - g->pad_top) * g->width * c + c0
+                       : NULL;
+            inside += x[i] != NULL;
+        }
+        const float *dy = job->dy + row * g->out_width * c + c0;
+        if (inside == rows) {
+            filter_row(g, &f, acc, rows, cols, width, x, dy);
+        } else {
+            CONV_UNROLL for (size_t i = 0; i < rows; ++i)
+                if (x[i] != NULL) filter_row(g, &f, acc + i * FILTER_COLS, 1, cols, width, x + i, dy);
+        }
+        if (++r == g->out_height) {
+            r = 0;
+            ++n;
+        }
+    }
+    CONV_UNROLL for (size_t i = 0; i < rows; ++i)
+        CONV_UNROLL for (size_t j = 0; j < cols; ++j) {
+            float *p = partial + ((i0 + i) * g->kernel_width + j0 + j) * c + c0;
+            for (size_t k = 0; k < width; ++k) p[k] = acc[i * FILTER_COLS + j][k];
+        }
+}
+
+/* Channels [c0, c0 + width) of every tap over output rows [first, end): whole groups where the
+   kernel has them, the other taps one at a time. The channel block is the outer loop: the passes
+   over the rows then read the same cache lines. */
+CONV_INLINE void filter_channels(const fq_conv_job *job, size_t c0, size_t width, size_t first,
+                                 size_t end, float *restrict partial) {
+    const size_t kh = job->g.kernel_height, kw = job->g.kernel_width;
+    for (size_t i0 = 0; i0 < kh;) {
+        const size_t rows = i0 + FILTER_ROWS <= kh ? FILTER_ROWS : 1;
+        for (size_t j0 = 0; j0 < kw;) {
+            const size_t cols = rows == FILTER_ROWS && j0 + FILTER_COLS <= kw ? FILTER_COLS : 1;
+            if (cols == FILTER_COLS) {
+                filter_group(job, i0, FILTER_ROWS, j0, FILTER_COLS, c0, width, first, end, partial);
+            } else {
+                for (size_t i = i0; i < i0 + rows; ++i)
+                    filter_group(job, i, 1, j0, 1, c0, width, first, end, partial);
+            }
+            j0 += cols;
+        }
+        i0 += rows;
+    }
+}
+
 static void depthwise_grad_filter(void *context, size_t first_block, size_t end_block) {
     const fq_conv_job *job = context;
     const fq_conv_geometry *g = &job->g;
-    const size_t c_in = g->channels, m = job->multiplier, c_out = c_in * m;
+    const size_t c = g->channels, whole = c - c % FILTER_CHANNELS;
     const size_t taps = g->kernel_height * g->kernel_width, rows = g->batch * g->out_height;
     for (size_t block = first_block; block < end_block; ++block) {
-        float *acc = job->partials + block * taps * c_out;
-        zero(acc, taps * c_out);
+        float *partial = job->partials + block * taps * c;
         const size_t first = block * job->rows_per_block;
-        const size_t end = first + job->rows_per_block < rows ? first + job->rows_per_block : rows;
-        for (size_t row = first; row < end; ++row) {
-            const size_t n = row / g->out_height, r = row % g->out_height;
-            const float *dy_row = job->dy + row * g->out_width * c_out;
-            size_t r0, r1;
-            for (size_t i = 0; i < g->kernel_height; ++i) {
-                conv_reading(i, g->stride_height, g->dilation_height, g->pad_top, g->height,
-                             g->out_height, &r0, &r1);
-                if (r < r0 || r >= r1) continue;
-                const size_t ih = conv_read_index(r, i, g->stride_height, g->dilation_height,
-                                                  g->pad_top);
-                const float *x_row = job->x + (n * g->height + ih) * g->width * c_in;
-                for (size_t j = 0; j < g->kernel_width; ++j) {
-                    size_t q0, q1;
-                    conv_reading(j, g->stride_width, g->dilation_width, g->pad_left, g->width,
-                                 g->out_width, &q0, &q1);
-                    float *a = acc + (i * g->kernel_width + j) * c_out;
-                    const float *x = x_row + (q0 < q1 ? conv_read_index(q0, j, g->stride_width,
-                                                                        g->dilation_width,
-                                                                        g->pad_left) * c_in : 0);
-                    const float *dy = dy_row + q0 * c_out;
-                    for (size_t q = q0; q < q1; ++q, x += g->stride_width * c_in, dy += c_out) {
-                        if (m == 1) multiply_add(a, x, dy, c_in);
-                        else multiply_add_channels(a, x, dy, c_in, m);
-                    }
-                }
-            }
-        }
+        const size_t end = min_size(first + job->rows_per_block, rows);
+        for (size_t c0 = 0; c0 < whole; c0 += FILTER_CHANNELS)
+            filter_channels(job, c0, FILTER_CHANNELS, first, end, partial);
+        if (whole < c) filter_channels(job, whole, c - whole, first, end, partial);
     }
 }
 
