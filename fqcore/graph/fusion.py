@@ -164,18 +164,29 @@ class ColumnsConv2D(Unit):
         self.shared = owner is not None
         self.columns = owner.columns if self.shared else Hidden(f"{op.name}/columns")
         self.inputs = list(op.inputs) + ([self.columns] if self.shared else [])
+        self.geometries = {}  # (x's shape, w's shape) -> nn_numpy.ConvGeometry
         self.outputs = list(op.outputs) + ([] if self.shared else [self.columns])
+
+    def _geometry(self, x, w):
+        """The convolution's geometry, checked once per pair of shapes."""
+        key = (x.shape, w.shape)
+        geometry = self.geometries.get(key)
+        if geometry is None:
+            geometry = self.geometries[key] = nn_numpy.conv_geometry(x, w, **self.args)
+        return geometry
 
     def forward(self, op, inputs, ctx):
         x, w = inputs[0], inputs[1]
-        cols = inputs[2] if self.shared else nn_numpy.conv2d_columns(x, w.shape, **self.args)
-        y = nn_numpy.conv2d(x, w, cols=cols, **self.args)
+        geometry = self._geometry(x, w)
+        cols = inputs[2] if self.shared else nn_numpy.columns_planned(x, w.shape, geometry)
+        y = nn_numpy.conv2d_planned(x, w, cols, geometry)
         return (y,) if self.shared else (y, cols)
 
     def gradient(self, op, inputs, outputs, grads, needed):
+        x, w = inputs[0], inputs[1]
         cols = inputs[2] if self.shared else outputs[1]
-        dx, dw = nn_numpy.conv2d_grad(inputs[0], inputs[1], grads[0], cols=cols,
-                                      input_gradient=needed[0], **self.args)
+        dx, dw = nn_numpy.conv2d_grad_planned(x, w, grads[0], cols, self._geometry(x, w),
+                                              input_gradient=needed[0])
         return [dx, dw] + ([None] if self.shared else [])
 
 

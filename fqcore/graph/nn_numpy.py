@@ -2,6 +2,8 @@
 convolutions, fqcore's C kernels for float32's data movement and depthwise loops, numpy for the
 rest."""
 
+from collections import namedtuple
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -204,6 +206,17 @@ def _col2im(dcols, x_shape, kernel, oh, ow, pads, strides, dilations, dtype):
     return _scatter(pieces, x_shape, pads, strides, dilations, dtype)
 
 
+# A convolution's checked geometry: what the *_planned functions take, so that a caller that runs
+# one geometry many times (a Session plan's convolution) checks its arguments once.
+ConvGeometry = namedtuple("ConvGeometry", ["strides", "dilations", "oh", "ow", "pads"])
+
+
+def conv_geometry(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
+    """The geometry of conv2d(x, w, ...) after checking its arguments (ValueError, TypeError)."""
+    x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
+    return ConvGeometry(strides, dilations, oh, ow, pads)
+
+
 def conv2d_columns(x, kernel_shape, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     """The [N*OH*OW, KH*KW*C] windows conv2d multiplies with a filter of `kernel_shape` (KH, KW,
     C, O): computed once, they can serve several filters on the same input and their gradients
@@ -212,7 +225,12 @@ def conv2d_columns(x, kernel_shape, strides=(1, 1), padding="SAME", dilations=(1
     kernel_shape = tuple(int(d) for d in kernel_shape)
     strides, dilations = _pair(strides, "strides"), _pair(dilations, "dilations")
     oh, ow, pads = _geometry(x.shape, kernel_shape[:2], strides, dilations, _padding(padding))
-    return _im2col(x, kernel_shape, oh, ow, pads, strides, dilations)
+    return columns_planned(x, kernel_shape, ConvGeometry(strides, dilations, oh, ow, pads))
+
+
+def columns_planned(x, kernel_shape, g):
+    """conv2d_columns for an x and a filter shape that conv_geometry checked as `g`."""
+    return _im2col(x, kernel_shape, g.oh, g.ow, g.pads, g.strides, g.dilations)
 
 
 def _checked_cols(cols, x, w, oh, ow):
@@ -227,10 +245,15 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
     """TF Conv2D, NHWC: x [N, H, W, C], w [KH, KW, C, O] -> y [N, OH, OW, O]; `cols`, when given,
     are conv2d_columns(x, w.shape, ...), which this call then does not compute again."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
-    cols = (_im2col(x, w.shape, oh, ow, pads, strides, dilations) if cols is None
-            else _checked_cols(cols, x, w, oh, ow))
+    g = ConvGeometry(strides, dilations, oh, ow, pads)
+    cols = columns_planned(x, w.shape, g) if cols is None else _checked_cols(cols, x, w, oh, ow)
+    return conv2d_planned(x, w, cols, g)
+
+
+def conv2d_planned(x, w, cols, g):
+    """conv2d of arrays that conv_geometry checked as `g`, given their columns."""
     y = np.matmul(cols, w.reshape(-1, w.shape[3]))
-    return y.reshape(x.shape[0], oh, ow, w.shape[3])
+    return y.reshape(x.shape[0], g.oh, g.ow, w.shape[3])
 
 
 def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None,
@@ -238,18 +261,22 @@ def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols
     """(dx, dw) of conv2d given dy = dL/dy [N, OH, OW, O] (and, when given, its `cols`); dx is
     None with input_gradient=False (x is data: nothing to learn upstream of it)."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
-    o = w.shape[3]
+    g = ConvGeometry(strides, dilations, oh, ow, pads)
     dy = _other(dy, "dy", x.dtype)
-    _same_shape(dy, "dy", (x.shape[0], oh, ow, o))
+    cols = columns_planned(x, w.shape, g) if cols is None else _checked_cols(cols, x, w, oh, ow)
+    return conv2d_grad_planned(x, w, dy, cols, g, input_gradient)
+
+
+def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True):
+    """conv2d_grad of arrays that conv_geometry checked as `g`, given their columns."""
+    o = w.shape[3]
+    _same_shape(dy, "dy", (x.shape[0], g.oh, g.ow, o))
     dy2 = np.ascontiguousarray(dy).reshape(-1, o)
-    w2 = w.reshape(-1, o)
-    cols = (_im2col(x, w.shape, oh, ow, pads, strides, dilations) if cols is None
-            else _checked_cols(cols, x, w, oh, ow))
     dw = np.matmul(cols.T, dy2).reshape(w.shape)
     if not input_gradient:
         return None, dw
-    dx = _col2im(np.matmul(dy2, w2.T), x.shape, w.shape[:2], oh, ow, pads, strides, dilations,
-                 x.dtype)
+    dx = _col2im(np.matmul(dy2, w.reshape(-1, o).T), x.shape, w.shape[:2], g.oh, g.ow, g.pads,
+                 g.strides, g.dilations, x.dtype)
     return dx, dw
 
 
