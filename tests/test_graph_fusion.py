@@ -283,3 +283,26 @@ def test_min_and_max_of_float32_follow_tfs_cpu_kernels():
     alone = G.Session(g)
     assert alone.run(low, {x: np.array([1e-42, 3.0], np.float32)}).view(np.uint32) == 0
     assert alone.run(high, {x: np.zeros(0, np.float32)}) == -np.inf
+
+
+def test_a_convolution_of_data_skips_its_input_gradient(monkeypatch):
+    """Reverse mode tells a unit which input gradients it uses: a Conv2D of the images (a
+    placeholder, not differentiated) forms dw only; no matmul and col2im for a dx nobody reads."""
+    from fqcore.graph import nn_numpy
+    rng = np.random.default_rng(7)
+    g = G.Graph()
+    with g.as_default():
+        images = G.placeholder("float32", [2, 6, 6, 3], name="images")
+        w = G.placeholder("float32", [3, 3, 3, 4], name="w")
+        out = G.conv2d(images, w, strides=[2, 2], padding="SAME")
+        (dw,) = _gradients(g, G.reduce_sum(G.multiply(out, out)), [w])
+    feeds = {t: rng.standard_normal([d for d in t.shape]).astype(np.float32) for t in (images, w)}
+    calls = []
+    real_col2im = nn_numpy._col2im
+    monkeypatch.setattr(nn_numpy, "_col2im", lambda *a: calls.append(a) or real_col2im(*a))
+    fused = G.Session(g).run(dw, feeds)
+    assert calls == []
+    _unfused(monkeypatch)
+    plain = G.Session(g).run(dw, feeds)   # TF's Conv2D gradient forms both
+    assert len(calls) == 1
+    np.testing.assert_array_equal(fused.view(np.uint32), plain.view(np.uint32))
