@@ -44,9 +44,11 @@ class Unit:
     """What the engine sees of a unit: an operation's name, type, inputs, outputs and
     control_inputs, forward(op, inputs, ctx) and gradient(op, inputs, outputs, grads, needed)
     (`needed`: for each input, whether reverse mode uses its gradient; an unneeded one may come
-    back None); `ops`, the graph's ops it stands for, the last of them where it runs. Its inputs and outputs may include
-    values that are not tensors of the graph (Hidden): what it passes to itself or to another
-    unit."""
+    back None); `ops`, the graph's ops it stands for; `runs_at`, the one of them where it runs
+    (the last, unless its inputs are all computed before an earlier one), which is also where
+    reverse mode takes its gradient (every reader of its outputs runs after it). Its inputs and
+    outputs may include values that are not tensors of the graph (Hidden): what it passes to
+    itself or to another unit."""
 
     control_inputs = ()
 
@@ -328,7 +330,8 @@ def _chain_from(op, sole_consumer, fusable):
             return None
         x = op.inputs[0] if op.type == "BiasAdd" else None
         for candidate in ([op.inputs[0]] if op.type == "BiasAdd" else op.inputs):
-            if _channels(candidate) is not None and _shift_of(op, candidate, _channels(candidate)) is not None:
+            channels = _channels(candidate)
+            if channels is not None and _shift_of(op, candidate, channels) is not None:
                 x = candidate
                 break
         if x is None or _channels(x) is None:

@@ -223,6 +223,7 @@ class _Plan:
                 if (op in ancestors and op not in reached and any(t.op in reached for t in op.inputs)
                         and gradient_function(op) is not None):
                     reached.add(op)
+
             def summed(step):
                 return tuple((k, t) for k, t in enumerate(step.inputs)
                              if getattr(t, "op", None) in reached and np.dtype(t.dtype).kind == "f")
