@@ -9,14 +9,19 @@ def _bits(op):
 
 
 def _vars_grad(op, inputs, outputs, grads):
-    result = _fq.fake_quant_with_min_max_vars_gradient(grads[0], inputs[0], inputs[1], inputs[2],
-                                                       **_bits(op))
+    attrs = op.attrs
+    result = _fq.fake_quant_with_min_max_vars_gradient(
+        grads[0], inputs[0], inputs[1], inputs[2], attrs.get("num_bits", 8),
+        attrs.get("narrow_range", False))
     return list(result)
 
 
 @register("FakeQuantWithMinMaxVars", like_input(), gradient=_vars_grad)
 def fake_quant_with_min_max_vars(op, inputs, ctx):
-    return (_fq.fake_quant_with_min_max_vars(inputs[0], inputs[1], inputs[2], **_bits(op)),)
+    attrs = op.attrs
+    return (_fq.fake_quant_with_min_max_vars(inputs[0], inputs[1], inputs[2],
+                                             attrs.get("num_bits", 8),
+                                             attrs.get("narrow_range", False)),)
 
 
 def _channel_grad(op, inputs, outputs, grads):

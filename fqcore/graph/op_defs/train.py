@@ -24,13 +24,16 @@ def _applier(update):
         name = op.inputs[0].op.name
         if not ctx.update_state:
             return (ctx.current_variable(name),)
-        slots = [ctx.current_variable(t.op.name) for t in op.inputs[1:]
-                 if t.op.type == "VariableV2"]
-        hyper = [np.asarray(v, np.float32) for t, v in zip(op.inputs[1:], inputs[1:])
-                 if t.op.type != "VariableV2"]
-        new, new_slots = update(op, ctx.current_variable(name), slots, *hyper)
-        for t, value in zip([t for t in op.inputs[1:] if t.op.type == "VariableV2"], new_slots):
-            ctx.write_variable(t.op.name, value)
+        slot_names, hyper = [], []  # the slot variables, and the other operands in float32
+        for t, value in zip(op.inputs[1:], inputs[1:]):
+            if t.op.type == "VariableV2":
+                slot_names.append(t.op.name)
+            else:
+                hyper.append(np.asarray(value, np.float32))
+        new, new_slots = update(op, ctx.current_variable(name),
+                                [ctx.current_variable(n) for n in slot_names], *hyper)
+        for slot_name, value in zip(slot_names, new_slots):
+            ctx.write_variable(slot_name, value)
         ctx.write_variable(name, new)
         return (new,)
     return forward
