@@ -750,3 +750,43 @@ def test_steps_run_in_groups_and_a_failure_names_its_op():
         ["shifted", "product", "squares", "total"]]
     with pytest.raises(ValueError, match=r"^product \(Mul\): operands could not be broadcast"):
         s.run([shifted, total], {x: np.arange(4, dtype=F32), y: np.ones(3, F32)})
+
+
+def test_a_run_that_starts_before_its_plan_folds_finishes_on_what_it_started_with(monkeypatch):
+    """A plan folds its constants and groups its steps after its first successful run. A run of
+    the same plan in another thread that had already started (it found no constants yet) keeps
+    the steps it started with and gets the values a lone run gets."""
+    import threading
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [4], name="x")
+        w = G.variable("w", np.arange(4, dtype=F32))
+        scale = G.multiply(G.constant(np.full(4, 0.5, F32)), G.constant(F32(3)), name="scale")
+        loss = G.reduce_sum(G.multiply(G.multiply(x, w.read), scale))
+        init = G.global_variables_initializer()
+    feed = {x: np.array([1, -2, 3, -4], F32)}
+    s = G.Session(g)
+    s.run(init)
+    started, folded = threading.Event(), threading.Event()
+    real_read = G.session._Run.read_variable
+
+    def read_variable(run, name):  # the early run waits here, between its start and its steps
+        if threading.current_thread().name == "early" and not started.is_set():
+            started.set()
+            assert folded.wait(10)
+        return real_read(run, name)
+    monkeypatch.setattr(G.session._Run, "read_variable", read_variable)
+    results, errors = [], []
+
+    def early_run():
+        try:
+            results.append(s.run(loss, feed))
+        except Exception as error:  # noqa: BLE001 (asserted below)
+            errors.append(error)
+    early = threading.Thread(target=early_run, name="early")
+    early.start()
+    assert started.wait(10)
+    lone = s.run(loss, feed)   # the plan's first complete run: it folds
+    folded.set()
+    early.join()
+    assert errors == [] and results == [lone] and lone == np.float32(1.5 * (0 - 2 + 6 - 12))

@@ -181,24 +181,30 @@ class _Plan:
                           for op in unit.ops}
         self.variable_reads = _variable_reads(order, can_die)
         read_ops = {t.op for t, _ in self.variable_reads}
-        self.steps = [(unit, unit.forward, unit.inputs, unit.outputs, (), False)
-                      if isinstance(unit, fusion.Unit) else
-                      (unit, op_def(unit.type).forward, unit.inputs, unit.outputs,
-                       unit.control_inputs, unit in can_die and unit.type != "Merge")
-                      for unit in units if unit not in read_ops]
+        steps = [(unit, unit.forward, unit.inputs, unit.outputs, (), False)
+                 if isinstance(unit, fusion.Unit) else
+                 (unit, op_def(unit.type).forward, unit.inputs, unit.outputs,
+                  unit.control_inputs, unit in can_die and unit.type != "Merge")
+                 for unit in units if unit not in read_ops]
         self.position = {op: i for i, op in enumerate(order)}
         self.backprop_paths = {}
         self.reverse_codes = {}
         self.foldable = _foldable(order, can_die, feeds)
-        self.constants = None  # the foldable ops' outputs, once a run has computed them
+        # (the steps, the foldable ops' outputs once a run has computed them, else None): one
+        # attribute, so a run that starts while another folds sees both before or both after.
+        self.stage = (steps, None)
+
+    @property
+    def steps(self):
+        return self.stage[0]
 
     def fold(self, values):
         """After a run that succeeded: keeps the foldable ops' outputs (`values`) as constants of
         the plan and drops their steps, so later runs start from them; the steps left run in
         groups (step_runs.py)."""
-        self.constants = {t: values[t] for op in self.foldable for t in op.outputs}
-        self.steps = step_runs.group([step for step in self.steps
-                                      if step[0] not in self.foldable])
+        constants = {t: values[t] for op in self.foldable for t in op.outputs}
+        self.stage = (step_runs.group([step for step in self.stage[0]
+                                       if step[0] not in self.foldable]), constants)
 
     def backprop_path(self, gradients_op):
         """The differentiable ops between the Gradients op's xs and its y, in reverse execution
@@ -328,13 +334,13 @@ class _Run:
 
     def execute(self):
         plan, values = self.plan, self.values
-        first = plan.constants is None
-        if not first:
-            values.update(plan.constants)
+        steps, constants = plan.stage
+        if constants is not None:
+            values.update(constants)
         read = self.read_variable
         for tensor, name in plan.variable_reads:
             values[tensor] = read(name)
-        for op, forward, inputs, outputs, controls, can_die in plan.steps:
+        for op, forward, inputs, outputs, controls, can_die in steps:
             args = [values[t] for t in inputs]
             if can_die and (any(a is DEAD for a in args) or any(c in self.dead_ops for c in controls)):
                 self.dead_ops.add(op)
@@ -350,7 +356,7 @@ class _Run:
                     message = f"{failed.name} ({failed.type}): {message}"
                 raise type(error)(message) from error
             values.update(zip(outputs, results))
-        if first:
+        if constants is None and plan.stage[1] is None:
             plan.fold(values)
 
     # Variable access for the state ops.
