@@ -426,11 +426,29 @@ cdef int _length(Py_ssize_t length, object expected, str name) except -1:
     return 0
 
 
+# The element counts of a geometry's arrays (size_t products: the C side refuses a geometry whose
+# counts overflow, so a wrapped count here never reaches a kernel).
+cdef inline size_t _input_size(const fq_conv_geometry *g) noexcept:
+    return g.batch * g.height * g.width * g.channels
+
+
+cdef inline size_t _output_size(const fq_conv_geometry *g, size_t multiplier) noexcept:
+    return g.batch * g.out_height * g.out_width * g.channels * multiplier
+
+
+cdef inline size_t _filter_size(const fq_conv_geometry *g, size_t multiplier) noexcept:
+    return g.kernel_height * g.kernel_width * g.channels * multiplier
+
+
+cdef inline size_t _cols_size(const fq_conv_geometry *g) noexcept:
+    return g.batch * g.out_height * g.out_width * _filter_size(g, 1)
+
+
 def im2col(const float[::1] x, tuple geometry, float[::1] cols):
     cdef fq_conv_geometry g = _geometry(geometry)
     cdef fq_status rc
-    _length(x.shape[0], g.batch * g.height * g.width * g.channels, "x")
-    _length(cols.shape[0], g.batch * g.out_height * g.out_width * g.kernel_height * g.kernel_width * g.channels, "cols")
+    _length(x.shape[0], _input_size(&g), "x")
+    _length(cols.shape[0], _cols_size(&g), "cols")
     with nogil:
         rc = fq_f32_im2col(_cptr(x), &g, _ptr(cols))
     _check(rc)
@@ -439,8 +457,8 @@ def im2col(const float[::1] x, tuple geometry, float[::1] cols):
 def col2im(const float[::1] cols, tuple geometry, float[::1] x_backprop):
     cdef fq_conv_geometry g = _geometry(geometry)
     cdef fq_status rc
-    _length(cols.shape[0], g.batch * g.out_height * g.out_width * g.kernel_height * g.kernel_width * g.channels, "cols")
-    _length(x_backprop.shape[0], g.batch * g.height * g.width * g.channels, "x_backprop")
+    _length(cols.shape[0], _cols_size(&g), "cols")
+    _length(x_backprop.shape[0], _input_size(&g), "x_backprop")
     with nogil:
         rc = fq_f32_col2im(_cptr(cols), &g, _ptr(x_backprop))
     _check(rc)
@@ -450,9 +468,9 @@ def depthwise(const float[::1] x, const float[::1] w, size_t multiplier, tuple g
               float[::1] y):
     cdef fq_conv_geometry g = _geometry(geometry)
     cdef fq_status rc
-    _length(x.shape[0], g.batch * g.height * g.width * g.channels, "x")
-    _length(w.shape[0], g.kernel_height * g.kernel_width * g.channels * multiplier, "w")
-    _length(y.shape[0], g.batch * g.out_height * g.out_width * g.channels * multiplier, "y")
+    _length(x.shape[0], _input_size(&g), "x")
+    _length(w.shape[0], _filter_size(&g, multiplier), "w")
+    _length(y.shape[0], _output_size(&g, multiplier), "y")
     with nogil:
         rc = fq_f32_depthwise(_cptr(x), _cptr(w), multiplier, &g, _ptr(y))
     _check(rc)
@@ -462,9 +480,9 @@ def depthwise_grad_input(const float[::1] y_backprop, const float[::1] w, size_t
                          tuple geometry, float[::1] x_backprop):
     cdef fq_conv_geometry g = _geometry(geometry)
     cdef fq_status rc
-    _length(y_backprop.shape[0], g.batch * g.out_height * g.out_width * g.channels * multiplier, "y_backprop")
-    _length(w.shape[0], g.kernel_height * g.kernel_width * g.channels * multiplier, "w")
-    _length(x_backprop.shape[0], g.batch * g.height * g.width * g.channels, "x_backprop")
+    _length(y_backprop.shape[0], _output_size(&g, multiplier), "y_backprop")
+    _length(w.shape[0], _filter_size(&g, multiplier), "w")
+    _length(x_backprop.shape[0], _input_size(&g), "x_backprop")
     with nogil:
         rc = fq_f32_depthwise_grad_input(_cptr(y_backprop), _cptr(w), multiplier, &g, _ptr(x_backprop))
     _check(rc)
@@ -474,9 +492,9 @@ def depthwise_grad_filter(const float[::1] x, const float[::1] y_backprop, size_
                           tuple geometry, float[::1] w_backprop):
     cdef fq_conv_geometry g = _geometry(geometry)
     cdef fq_status rc
-    _length(x.shape[0], g.batch * g.height * g.width * g.channels, "x")
-    _length(y_backprop.shape[0], g.batch * g.out_height * g.out_width * g.channels * multiplier, "y_backprop")
-    _length(w_backprop.shape[0], g.kernel_height * g.kernel_width * g.channels * multiplier, "w_backprop")
+    _length(x.shape[0], _input_size(&g), "x")
+    _length(y_backprop.shape[0], _output_size(&g, multiplier), "y_backprop")
+    _length(w_backprop.shape[0], _filter_size(&g, multiplier), "w_backprop")
     with nogil:
         rc = fq_f32_depthwise_grad_filter(_cptr(x), _cptr(y_backprop), multiplier, &g, _ptr(w_backprop))
     _check(rc)

@@ -29,9 +29,10 @@ static const fq_conv_kernels *active_kernels(void) {
     }
 }
 
-/* The element counts of a call: input, output pixels, one window (KH * KW * C). */
+/* The element counts of a call: input, output pixels, one window (KH * KW * C), and with the
+   multiplier M the depthwise output (pixels * C * M) and filter (window * M). */
 typedef struct {
-    size_t input, pixels, window;
+    size_t input, pixels, window, output, filter;
 } conv_sizes;
 
 static int fits(size_t a, size_t b, size_t *product) { return !__builtin_mul_overflow(a, b, product); }
@@ -51,7 +52,9 @@ static fq_status check_geometry(const fq_conv_geometry *g, size_t multiplier, co
         fits(s->input, multiplier, &t) &&
         fits(g->batch, g->out_height, &t) && fits(t, g->out_width, &s->pixels) &&
         fits(g->kernel_height, g->kernel_width, &t) && fits(t, g->channels, &s->window) &&
-        fits(s->window, multiplier, &t) && fits(s->pixels, s->window, &t) && fits(t, multiplier, &t) &&
+        fits(s->window, multiplier, &s->filter) &&
+        fits(s->pixels, s->window, &t) && fits(t, multiplier, &t) &&
+        fits(s->pixels, g->channels, &u) && fits(u, multiplier, &s->output) &&
         fits(g->out_height, g->stride_height, &t) && fits(g->kernel_height, g->dilation_height, &u) &&
         !__builtin_add_overflow(t, u, &reach) &&
         fits(g->out_width, g->stride_width, &t) && fits(g->kernel_width, g->dilation_width, &u) &&
@@ -84,24 +87,22 @@ static fq_status repeat_channels(fq_conv_job *job, size_t input, float **buffer)
     return FQ_OK;
 }
 
-/* Input index `in` is read by output index (in + pad - t * dilation) / stride at tap t when that
-   divides and is below out_size. */
+/* The taps at which output indices read input index `in` (conv_reader), as a walk. */
 static fq_conv_walk gather_walk(size_t in, size_t taps, size_t stride, size_t dilation, size_t pad,
                                 size_t out_size) {
     fq_conv_walk walk = {0, 1, 0, 0, 0};
-    const size_t at = in + pad;
     for (size_t t = 0; t < taps; ++t) {
-        const size_t offset = t * dilation;
-        if (offset > at || (at - offset) % stride != 0 || (at - offset) / stride >= out_size)
-            continue;
-        if (walk.count == 0) walk.first = t;
-        else if (walk.count == 1) walk.step = t - walk.first;
+        size_t out;
+        if (!conv_reader(in, t, stride, dilation, pad, out_size, &out)) continue;
+        if (walk.count == 0) {
+            walk.first = t;
+            walk.index = out;
+        } else if (walk.count == 1) {
+            walk.step = t - walk.first;
+        }
         ++walk.count;
     }
-    if (walk.count > 0) {
-        walk.index = (at - walk.first * dilation) / stride;
-        walk.index_step = -(ptrdiff_t)(walk.step * dilation / stride);
-    }
+    if (walk.count > 0) walk.index_step = -(ptrdiff_t)(walk.step * dilation / stride);
     return walk;
 }
 
@@ -136,15 +137,13 @@ fq_status fq_f32_depthwise(const float *x, const float *w, size_t multiplier,
     conv_sizes s;
     fq_status status = check_geometry(geometry, multiplier, &s);
     if (status != FQ_OK) return status;
-    if (missing(x, s.input) || missing(w, s.window * multiplier) ||
-        missing(y, s.pixels * geometry->channels * multiplier))
+    if (missing(x, s.input) || missing(w, s.filter) || missing(y, s.output))
         return FQ_ERR_NULL_POINTER;
     fq_conv_job job = {*geometry, multiplier, x, w, NULL, NULL, y, NULL, 0, NULL};
     float *repeated;
     if ((status = repeat_channels(&job, s.input, &repeated)) != FQ_OK) return status;
     const fq_fpenv saved = fq_fpenv_enter();
-    run_rows(active_kernels()->depthwise, &job, geometry->batch * geometry->out_height,
-             s.pixels * geometry->channels * multiplier);
+    run_rows(active_kernels()->depthwise, &job, geometry->batch * geometry->out_height, s.output);
     fq_fpenv_leave(saved);
     free(repeated);
     return FQ_OK;
@@ -155,8 +154,7 @@ fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w, s
     conv_sizes s;
     fq_status status = check_geometry(geometry, multiplier, &s);
     if (status != FQ_OK) return status;
-    if (missing(y_backprop, s.pixels * geometry->channels * multiplier) ||
-        missing(w, s.window * multiplier) || missing(x_backprop, s.input))
+    if (missing(y_backprop, s.output) || missing(w, s.filter) || missing(x_backprop, s.input))
         return FQ_ERR_NULL_POINTER;
     fq_conv_job job = {*geometry, multiplier, NULL, w, y_backprop, NULL, x_backprop, NULL, 0,
                        NULL};
@@ -175,9 +173,7 @@ fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop, 
     conv_sizes s;
     fq_status status = check_geometry(geometry, multiplier, &s);
     if (status != FQ_OK) return status;
-    const size_t filter = s.window * multiplier;
-    if (missing(x, s.input) || missing(y_backprop, s.pixels * geometry->channels * multiplier) ||
-        missing(w_backprop, filter))
+    if (missing(x, s.input) || missing(y_backprop, s.output) || missing(w_backprop, s.filter))
         return FQ_ERR_NULL_POINTER;
     const size_t rows = geometry->batch * geometry->out_height;
     const size_t row_elements = geometry->out_width * geometry->channels * multiplier;
@@ -186,9 +182,9 @@ fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop, 
     if (rows > rows_per_block * FQ_CONV_MAX_BLOCKS)
         rows_per_block = (rows + FQ_CONV_MAX_BLOCKS - 1) / FQ_CONV_MAX_BLOCKS;
     const size_t blocks = rows == 0 ? 0 : (rows + rows_per_block - 1) / rows_per_block;
-    for (size_t k = 0; k < filter; ++k) w_backprop[k] = 0.0f;
-    if (blocks == 0 || filter == 0) return FQ_OK;
-    float *partials = malloc(blocks * filter * sizeof(float));
+    for (size_t k = 0; k < s.filter; ++k) w_backprop[k] = 0.0f;
+    if (blocks == 0 || s.filter == 0) return FQ_OK;
+    float *partials = malloc(blocks * s.filter * sizeof(float));
     if (partials == NULL) return FQ_ERR_NO_MEMORY;
     fq_conv_job job = {*geometry, multiplier, x, NULL, y_backprop, NULL, NULL, partials,
                        rows_per_block, NULL};
@@ -198,11 +194,11 @@ fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop, 
         return status;
     }
     const fq_fpenv saved = fq_fpenv_enter();
-    fq_parallel_for(fq_runtime_threads_for(rows * row_elements, blocks), blocks,
+    fq_parallel_for(fq_runtime_threads_for(s.output, blocks), blocks,
                     active_kernels()->depthwise_grad_filter, (void *)&job);
     /* Blocks in order: the same sum for any split of the blocks over threads. */
     for (size_t block = 0; block < blocks; ++block)
-        for (size_t k = 0; k < filter; ++k) w_backprop[k] += partials[block * filter + k];
+        for (size_t k = 0; k < s.filter; ++k) w_backprop[k] += partials[block * s.filter + k];
     fq_fpenv_leave(saved);
     free(repeated);
     free(partials);

@@ -8,6 +8,16 @@
 #include "../include/fqcore.h"
 #include "../common/parallel.h"
 
+/* Whether an output index reads input index `in` at tap `tap` along one dimension (out * stride +
+   tap * dilation - pad == in, out < out_size); *out is that index when it does. */
+static inline int conv_reader(size_t in, size_t tap, size_t stride, size_t dilation, size_t pad,
+                              size_t out_size, size_t *out) {
+    const size_t at = in + pad, offset = tap * dilation;
+    if (at < offset || (at - offset) % stride != 0) return 0;
+    *out = (at - offset) / stride;
+    return *out < out_size;
+}
+
 /* The taps that meet one position, along one dimension: `count` taps from `first`, `step` apart;
    the other side's index at the first (the input index for the forward, the output index for the
    input gradient) and its change per step. Valid taps always form such a run. */

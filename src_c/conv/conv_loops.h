@@ -263,11 +263,10 @@ static void grad_input_runs(const fq_conv_job *job, size_t first_row, size_t end
         float *out = job->out + row * g->width * c_in;
         zero(out, g->width * c_in);
         for (size_t i = 0; i < g->kernel_height; ++i) {
-            /* Output row r reads input row h at tap i when r * SH + i * DH - top == h. */
-            const size_t at = h + g->pad_top, offset = i * g->dilation_height;
-            if (at < offset || (at - offset) % g->stride_height != 0) continue;
-            const size_t r = (at - offset) / g->stride_height;
-            if (r >= g->out_height) continue;
+            size_t r;
+            if (!conv_reader(h, i, g->stride_height, g->dilation_height, g->pad_top,
+                             g->out_height, &r))
+                continue;
             const float *dy_row = job->dy + (n * g->out_height + r) * g->out_width * c_out;
             for (size_t j = 0; j < g->kernel_width; ++j) {
                 size_t q0, q1;
@@ -489,10 +488,10 @@ static void col2im(void *context, size_t first_row, size_t end_row) {
         float *out = job->out + row * g->width * c_in;
         zero(out, g->width * c_in);
         for (size_t i = 0; i < g->kernel_height; ++i) {
-            const size_t at = h + g->pad_top, offset = i * g->dilation_height;
-            if (at < offset || (at - offset) % g->stride_height != 0) continue;
-            const size_t r = (at - offset) / g->stride_height;
-            if (r >= g->out_height) continue;
+            size_t r;
+            if (!conv_reader(h, i, g->stride_height, g->dilation_height, g->pad_top,
+                             g->out_height, &r))
+                continue;
             for (size_t j = 0; j < g->kernel_width; ++j) {
                 size_t q0, q1;
                 conv_reading(j, g->stride_width, g->dilation_width, g->pad_left, g->width,
