@@ -218,9 +218,8 @@ def fuse(order, rules):
     for op in order:
         if op in taken:
             continue
-        unit = (_chain_from(op, rules.sole_consumer, rules.fusable)
-                or _columns_conv(op, rules.fusable, owners) or _statistics_only(op, rules)
-                or _range_pair(op, rules, taken))
+        unit = (_chain_from(op, rules) or _columns_conv(op, rules, owners)
+                or _statistics_only(op, rules) or _range_pair(op, rules, taken))
         if unit is None:
             units.append(op)
             continue
@@ -303,10 +302,10 @@ def _statistics_only(op, rules):
     return BatchNormStatistics(op)
 
 
-def _columns_conv(op, fusable, owners):
+def _columns_conv(op, rules, owners):
     """A ColumnsConv2D for a float32 Conv2D that takes TF's gradient, sharing the columns of an
     earlier one with the same input and geometry (`owners`, filled here)."""
-    if op.type != "Conv2D" or not fusable(op) or "_gradient_op_type" in op.attrs:
+    if op.type != "Conv2D" or not rules.fusable(op) or "_gradient_op_type" in op.attrs:
         return None
     x, w = op.inputs
     if x.dtype != FLOAT32 or w.dtype != FLOAT32 or w.shape is None or None in w.shape[:3]:
@@ -318,9 +317,9 @@ def _columns_conv(op, fusable, owners):
     return unit
 
 
-def _chain_from(op, sole_consumer, fusable):
+def _chain_from(op, rules):
     """The FusedChannelChain that starts at `op`, or None."""
-    if not fusable(op) or not op.outputs:
+    if not rules.fusable(op) or not op.outputs:
         return None
     scaled = _scale_of(op, _channels(op.outputs[0])) if op.type == "Mul" else None
     if scaled is not None:
@@ -340,8 +339,8 @@ def _chain_from(op, sole_consumer, fusable):
     channels = _channels(x)
     ops, running, activation = [op], op.outputs[0], None
     while activation is None:
-        nxt = sole_consumer(running)
-        if nxt is None or not fusable(nxt):
+        nxt = rules.sole_consumer(running)
+        if nxt is None or not rules.fusable(nxt):
             break
         if nxt.type in _ACTIVATIONS and nxt.inputs[0] is running:
             activation = nxt.type

@@ -176,10 +176,11 @@ class _Plan:
             if op.type == "Switch" or any(t.op in can_die for t in op.inputs) or any(
                     c in can_die for c in op.control_inputs):
                 can_die.add(op)
-        self.units = units = fusion.fuse(order, _rules(order, elements, feeds, can_die))
+        rules = _rules(order, elements, feeds, can_die)
+        self.units = units = fusion.fuse(order, rules)
         self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
                           for op in unit.ops}
-        self.variable_reads = _variable_reads(order, can_die)
+        self.variable_reads = _variable_reads(order, rules.fusable)
         read_ops = {t.op for t, _ in self.variable_reads}
         steps = [(unit, unit.forward, unit.inputs, unit.outputs, (), False)
                  if isinstance(unit, fusion.Unit) else
@@ -189,7 +190,7 @@ class _Plan:
         self.position = {op: i for i, op in enumerate(order)}
         self.backprop_paths = {}
         self.reverse_codes = {}
-        self.foldable = _foldable(order, can_die, feeds)
+        self.foldable = _foldable(order, rules.fusable, feeds)
         # (the steps, the foldable ops' outputs once a run has computed them, else None): one
         # attribute, so a run that starts while another folds sees both before or both after.
         self.stage = (steps, None)
@@ -257,15 +258,14 @@ class _Plan:
         return code
 
 
-def _variable_reads(order, can_die):
+def _variable_reads(order, movable):
     """(tensor, variable name) for the reads a run makes before its steps, as every read of a run
     sees the value the variable had when the run started: each VariableV2's output, and an
-    Identity of one (TF's `<variable>/read`); none that a control edge touches or a dead branch
-    can reach."""
-    controlling = {c for op in order for c in op.control_inputs}
+    Identity of one (TF's `<variable>/read`); only `movable` ops (no control edge touches them, no
+    dead branch reaches them: the plan rules' fusable)."""
     variables = {}
     for op in order:
-        if op in can_die or op.control_inputs or op in controlling:
+        if not movable(op):
             continue
         if op.type == "VariableV2":
             variables[op] = op.name
@@ -279,15 +279,14 @@ def _variable_reads(order, can_die):
 _NOT_FOLDED = {"Switch", "Merge", "Gradients", "Placeholder", "NoOp"}
 
 
-def _foldable(order, can_die, feeds):
+def _foldable(order, movable, feeds):
     """The ops whose outputs are the same in every run: Consts, and stateless ops that read only
-    their outputs; none that a control edge touches, a dead branch can reach, or a feed replaces."""
+    their outputs; only `movable` ops (as _variable_reads), none that a feed replaces."""
     fed_ops = {t.op for t in feeds}
-    controlling = {c for op in order for c in op.control_inputs}
     foldable = set()
     for op in order:
-        if (op in can_die or op.control_inputs or op in controlling or op in fed_ops
-                or op.type in _NOT_FOLDED or op_def(op.type).stateful):
+        if (not movable(op) or op in fed_ops or op.type in _NOT_FOLDED
+                or op_def(op.type).stateful):
             continue
         if op.type == "Const" or (op.inputs and all(t.op in foldable for t in op.inputs)):
             foldable.add(op)

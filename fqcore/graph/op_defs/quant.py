@@ -5,42 +5,37 @@ from ._infer import like_input
 
 
 def _bits(op):
-    return dict(num_bits=op.attrs.get("num_bits", 8), narrow_range=op.attrs.get("narrow_range", False))
+    """(num_bits, narrow_range): positional, as the ops take them after the range (no keyword
+    dict a call)."""
+    attrs = op.attrs
+    return attrs.get("num_bits", 8), attrs.get("narrow_range", False)
 
 
 def _vars_grad(op, inputs, outputs, grads):
-    attrs = op.attrs
-    result = _fq.fake_quant_with_min_max_vars_gradient(
-        grads[0], inputs[0], inputs[1], inputs[2], attrs.get("num_bits", 8),
-        attrs.get("narrow_range", False))
-    return list(result)
+    return list(_fq.fake_quant_with_min_max_vars_gradient(grads[0], *inputs[:3], *_bits(op)))
 
 
 @register("FakeQuantWithMinMaxVars", like_input(), gradient=_vars_grad)
 def fake_quant_with_min_max_vars(op, inputs, ctx):
-    attrs = op.attrs
-    return (_fq.fake_quant_with_min_max_vars(inputs[0], inputs[1], inputs[2],
-                                             attrs.get("num_bits", 8),
-                                             attrs.get("narrow_range", False)),)
+    return (_fq.fake_quant_with_min_max_vars(*inputs[:3], *_bits(op)),)
 
 
 def _channel_grad(op, inputs, outputs, grads):
-    result = _fq.fake_quant_with_min_max_vars_per_channel_gradient(
-        grads[0], inputs[0], inputs[1], inputs[2], **_bits(op))
-    return list(result)
+    return list(_fq.fake_quant_with_min_max_vars_per_channel_gradient(grads[0], *inputs[:3],
+                                                                      *_bits(op)))
 
 
 @register("FakeQuantWithMinMaxVarsPerChannel", like_input(), gradient=_channel_grad)
 def fake_quant_with_min_max_vars_per_channel(op, inputs, ctx):
-    return (_fq.fake_quant_with_min_max_vars_per_channel(inputs[0], inputs[1], inputs[2],
-                                                         **_bits(op)),)
+    return (_fq.fake_quant_with_min_max_vars_per_channel(*inputs[:3], *_bits(op)),)
 
 
 def _range(op):
-    return dict(min=op.attrs.get("min", -6.0), max=op.attrs.get("max", 6.0), **_bits(op))
+    """(min, max, num_bits, narrow_range) of an Args op."""
+    return op.attrs.get("min", -6.0), op.attrs.get("max", 6.0), *_bits(op)
 
 
 @register("FakeQuantWithMinMaxArgs", like_input(), gradient=lambda op, x, y, g: [
-    _fq.fake_quant_with_min_max_args_gradient(g[0], x[0], **_range(op))])
+    _fq.fake_quant_with_min_max_args_gradient(g[0], x[0], *_range(op))])
 def fake_quant_with_min_max_args(op, inputs, ctx):
-    return (_fq.fake_quant_with_min_max_args(inputs[0], **_range(op)),)
+    return (_fq.fake_quant_with_min_max_args(inputs[0], *_range(op)),)
