@@ -306,3 +306,88 @@ def test_a_convolution_of_data_skips_its_input_gradient(monkeypatch):
     plain = G.Session(g).run(dw, feeds)   # TF's Conv2D gradient forms both
     assert len(calls) == 1
     np.testing.assert_array_equal(fused.view(np.uint32), plain.view(np.uint32))
+
+
+def _expand_project_graph(expand, fetch_conv=False):
+    """contrib's rewrite of x [None, 5, 6, 4] -> 1x1 conv to `expand` channels (batch norm,
+    ReLU6) -> 1x1 conv to 3 (batch norm): the loss, the gradients of the loss with respect to x
+    and every trainable variable, the batch-norm updates, and (fetch_conv) the expansion's
+    original convolution."""
+    from fqcore import quantize
+    L = G.layers
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [None, 5, 6, 4], name="x")
+        bn = dict(momentum=0.9, epsilon=1e-3, fused=True)
+        y = L.conv2d(x, expand, 1, activation="relu6", batch_norm=bn, is_training=True, scope="expand")
+        y = L.conv2d(y, 3, 1, activation=None, batch_norm=bn, is_training=True, scope="project")
+        target = G.constant(np.random.default_rng(6).standard_normal((2, 5, 6, 3)).astype(np.float32))
+        loss = G.reduce_sum(G.multiply(y, target), name="L")
+    quantize.experimental_create_training_graph(g, quant_delay=0)
+    with g.as_default():
+        variables = G.trainable_variables(g)
+        grads = _gradients(g, loss, [x] + [v.value() for v in variables])
+    fetches = [loss] + list(grads) + g.get_collection(G.GraphKeys.UPDATE_OPS)
+    if fetch_conv:
+        fetches.append(g.get_operation_by_name("expand/Conv2D").outputs[0])
+    rng = np.random.default_rng(7)
+    feeds = {x: (rng.standard_normal((2, 5, 6, 4)) + 0.5).astype(np.float32)}
+    return g, fetches, feeds
+
+
+def _run_once(g, fetches, feeds):
+    session = G.Session(g)
+    session.run(G.global_variables_initializer(g))
+    values = session.run(fetches, feeds)
+    plan = max(session._plans.values(), key=lambda p: len(p.steps))
+    return values, session.variable_values(), plan
+
+
+def test_a_pointwise_expansion_takes_its_statistics_from_its_input(monkeypatch):
+    """contrib's fold keeps a layer's convolution only for its batch norm's statistics: for a 1x1
+    expansion (fewer input than output channels) they come from the input's moments, with the
+    convolution's Size reader, and the loss, the gradients and the batch-norm updates equal the
+    unfused ops' to float32 rounding; the projection (more input than output channels) keeps
+    its convolution."""
+    g, fetches, feeds = _expand_project_graph(expand=12)
+    fused, fused_state, plan = _run_once(g, fetches, feeds)
+    units = [u for u in plan.units if isinstance(u, fusion.ConvStatistics)]
+    assert [[op.type for op in u.ops] for u in units] == [["Conv2D", "FusedBatchNormV3", "Size"]]
+    assert units[0].ops[0].name == "expand/Conv2D"
+    assert {u.name for u in plan.units if isinstance(u, fusion.BatchNormStatistics)} == {
+        "project/BatchNorm/FusedBatchNormV3"}
+    _unfused(monkeypatch)
+    plain, plain_state, _ = _run_once(g, fetches, feeds)
+    for a, b in zip(fused, plain):
+        if isinstance(b, np.ndarray):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5 * np.abs(b).max())
+    assert fused_state.keys() == plain_state.keys()
+    for name in plain_state:
+        np.testing.assert_allclose(fused_state[name], plain_state[name], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("expand, fetch_conv", [(4, False), (3, False), (12, True)])
+def test_an_expansion_keeps_its_convolution_when_it_is_read_or_not_wider(expand, fetch_conv):
+    """As many output as input channels (or fewer), or the convolution's output fetched: the
+    convolution runs."""
+    g, fetches, feeds = _expand_project_graph(expand, fetch_conv)
+    _, _, plan = _run_once(g, fetches, feeds)
+    assert not [u for u in plan.units if isinstance(u, fusion.ConvStatistics)]
+
+
+def test_the_moments_follow_the_batch_norm_on_degenerate_batches():
+    """No rows: NaN statistics, as the batch norm gives; one row: the variance is 0 and the
+    gradient is not finite, as contrib's formula divides by P - 1 = 0."""
+    from fqcore.graph import conv_statistics
+    w = np.ones((2, 3), np.float32)
+    mean, variance, saved_mean, saved_variance, kept = conv_statistics.moments(
+        np.zeros((0, 2), np.float32), w)
+    assert np.isnan(mean).all() and np.isnan(variance).all()
+    x = np.array([[1.0, 2.0]], np.float32)
+    mean, variance, _, saved_variance, kept = conv_statistics.moments(x, w)
+    np.testing.assert_array_equal(mean, [3, 3, 3])
+    np.testing.assert_array_equal(variance, [0, 0, 0])
+    dx, dw = conv_statistics.gradient(x, w, mean, kept, np.ones(3, np.float32),
+                                      np.ones(3, np.float32), True, True)
+    assert not np.isfinite(dx).any() and not np.isfinite(dw).any()

@@ -17,23 +17,28 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
 - BatchNormStatistics: a training FusedBatchNormV3 whose y nothing reads (the batch norm the
   fold replaced, kept for its statistics): the statistics without the pass that makes y.
 - RangePair: a Min and a Max of the same float32 tensor (a range tracker's batch range): one
-  pass for both, the same bits (the ops use the same kernel alone)."""
+  pass for both, the same bits (the ops use the same kernel alone).
+- ConvStatistics: a 1x1 Conv2D whose output only a BatchNormStatistics with contrib's
+  FoldFusedBatchNormGrad reads (and ops that ask only its shape), where the input has fewer
+  channels than the output: the statistics from the input's moments (conv_statistics.py), never
+  the convolution, to float32 rounding."""
 from collections import namedtuple
 
 import numpy as np
 
 from .. import _kernels
-from . import nn_numpy
+from . import conv_statistics, nn_numpy
 from .op_defs._infer import constant_value
 from .op_defs.math import float32_range, range_layout
-from .op_defs.nn import batch_norm_forward, conv_args
+from .op_defs.nn import FOLDED_GRADIENT, batch_norm_forward, conv_args
 from .op_registry import gradient_function, op_def
 
 # What fusion asks of a plan: sole_consumer(tensor), the one op that reads a tensor nothing else
 # needs (else None); unread(tensor), nothing reads it (no op, fetch or feed); readers(tensor), the
-# ops of the plan that read it, in plan order; fusable(op), the op may join a unit (it cannot die
-# on a dead branch, no control edge touches it).
-PlanRules = namedtuple("PlanRules", ["sole_consumer", "unread", "readers", "fusable"])
+# ops of the plan that read it, in plan order; pinned(tensor), it is fetched or fed (read outside
+# the plan); fusable(op), the op may join a unit (it cannot die on a dead branch, no control edge
+# touches it).
+PlanRules = namedtuple("PlanRules", ["sole_consumer", "unread", "readers", "pinned", "fusable"])
 
 FLOAT32 = np.dtype(np.float32)
 _ADDS = ("AddV2", "Add")
@@ -211,6 +216,46 @@ class BatchNormStatistics(Unit):
         return self.op_gradient(self.ops[0], inputs, outputs, grads)
 
 
+class ConvStatistics(Unit):
+    """A 1x1 Conv2D and the batch-norm statistics of its output (see the module docstring): the
+    batch norm's outputs (y None) and those of the ops that read only the convolution's shape,
+    from the convolution's input and weights, where the convolution runs."""
+
+    type = "ConvStatistics"
+    # Ops that read a tensor's shape and nothing else: they run on a stand-in of that shape.
+    SHAPE_READERS = ("Size", "Shape")
+
+    def __init__(self, conv, batch_norm, shape_readers):
+        self.ops = [conv, batch_norm] + shape_readers
+        self.name = batch_norm.name
+        self.inputs = list(conv.inputs)
+        self.kept = Hidden(f"{batch_norm.name}/moments")
+        self.outputs = list(batch_norm.outputs) + [t for op in shape_readers for t in op.outputs]
+        self.outputs.append(self.kept)
+
+    @property
+    def runs_at(self):
+        return self.ops[0]
+
+    def forward(self, op, inputs, ctx):
+        x, w = inputs
+        rows = x.size // x.shape[-1] if x.shape[-1] else 0
+        *statistics, kept = conv_statistics.moments(
+            np.ascontiguousarray(x).reshape(rows, x.shape[-1]), w.reshape(w.shape[2], w.shape[3]))
+        stand_in = np.broadcast_to(FLOAT32.type(0), x.shape[:-1] + (w.shape[3],))
+        shapes = [r for member in self.ops[2:]
+                  for r in op_def(member.type).forward(member, [stand_in], ctx)]
+        return (None, *statistics, np.zeros(0, FLOAT32), *shapes, kept)
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        x, w = inputs
+        dx, dw = conv_statistics.gradient(
+            np.ascontiguousarray(x).reshape(-1, x.shape[-1]), w.reshape(w.shape[2], w.shape[3]),
+            outputs[1], outputs[-1], grads[1], grads[2], needed[0], needed[1])
+        return [None if dx is None else dx.reshape(x.shape),
+                None if dw is None else dw.reshape(w.shape)]
+
+
 def fuse(order, rules):
     """`order` (the plan's ops) with each unit's ops replaced by the unit (PlanRules: what the
     plan allows)."""
@@ -218,8 +263,9 @@ def fuse(order, rules):
     for op in order:
         if op in taken:
             continue
-        unit = (_chain_from(op, rules) or _columns_conv(op, rules, owners)
-                or _statistics_only(op, rules) or _range_pair(op, rules, taken))
+        unit = (_chain_from(op, rules) or _conv_statistics(op, rules)
+                or _columns_conv(op, rules, owners) or _statistics_only(op, rules)
+                or _range_pair(op, rules, taken))
         if unit is None:
             units.append(op)
             continue
@@ -300,6 +346,36 @@ def _statistics_only(op, rules):
     if not rules.fusable(op) or not rules.unread(op.outputs[0]):
         return None
     return BatchNormStatistics(op)
+
+
+def _conv_statistics(op, rules):
+    """A ConvStatistics of `op` (a float32 1x1 Conv2D, stride 1, fewer input than output
+    channels) and the one training FusedBatchNormV3 that reads its output, with contrib's
+    gradient and no y read; any other reader may only ask the output's shape."""
+    if op.type != "Conv2D" or not rules.fusable(op) or "_gradient_op_type" in op.attrs:
+        return None
+    x, w = op.inputs
+    if (x.dtype != FLOAT32 or w.dtype != FLOAT32 or w.shape is None or None in w.shape
+            or tuple(w.shape[:2]) != (1, 1) or w.shape[2] >= w.shape[3]):
+        return None
+    args = conv_args(op)
+    if args["strides"] != (1, 1) or args["padding"] not in ("SAME", "VALID"):
+        return None
+    y = op.outputs[0]
+    readers = rules.readers(y)
+    statistics = [r for r in readers if r.type == "FusedBatchNormV3"]
+    shape_readers = [r for r in readers if r.type in ConvStatistics.SHAPE_READERS]
+    if rules.pinned(y) or len(statistics) != 1 or len(statistics) + len(shape_readers) != len(readers):
+        return None
+    bn = statistics[0]
+    if (bn.inputs[0] is not y or any(t is y for t in bn.inputs[1:])
+            or bn.attrs.get("_gradient_op_type") != FOLDED_GRADIENT
+            or _statistics_only(bn, rules) is None
+            or bn.attrs.get("exponential_avg_factor", 1.0) != 1.0
+            or bn.attrs.get("data_format", "NHWC") != "NHWC"
+            or not all(rules.fusable(r) for r in shape_readers)):
+        return None
+    return ConvStatistics(op, bn, shape_readers)
 
 
 def _columns_conv(op, rules, owners):

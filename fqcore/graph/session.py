@@ -314,9 +314,12 @@ def _rules(order, elements, feeds, can_die):
     def readers_of(tensor):
         return readers.get(tensor, [])
 
+    def is_pinned(tensor):
+        return tensor in pinned
+
     def fusable(op):
         return op not in can_die and not op.control_inputs and op not in controlling
-    return fusion.PlanRules(sole_consumer, unread, readers_of, fusable)
+    return fusion.PlanRules(sole_consumer, unread, readers_of, is_pinned, fusable)
 
 
 class _Run:

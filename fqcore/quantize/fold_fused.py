@@ -6,10 +6,10 @@ Reshape to [N, 1, 1, C] and comes back through another."""
 import numpy as np
 
 from ..graph import build
+from ..graph.op_defs.nn import FOLDED_GRADIENT
 from . import common, fold_common
 
 BATCH_NORM_TYPES = ("FusedBatchNorm", "FusedBatchNormV3")
-FOLDED_GRADIENT = "FoldFusedBatchNormGrad"
 
 
 class Match:

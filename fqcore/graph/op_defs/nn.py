@@ -232,7 +232,9 @@ def _fold_batch_norm_grad(op, inputs, outputs, grads):
     return [dmean_dx + dvar_dx, None, None, None, None]
 
 
-register_gradient_override("FoldFusedBatchNormGrad", _fold_batch_norm_grad)
+# The name contrib.quantize gives a folded batch norm's gradient (its gradient_override_map).
+FOLDED_GRADIENT = "FoldFusedBatchNormGrad"
+register_gradient_override(FOLDED_GRADIENT, _fold_batch_norm_grad)
 
 
 def batch_norm_forward(op, inputs, normalize=True):
