@@ -101,6 +101,10 @@ cdef extern from "fqcore.h" nogil:
     fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w,
                                           size_t multiplier, const fq_conv_geometry *geometry,
                                           float *x_backprop)
+    fq_status fq_f32_depthwise_grad_input_sum(const float *y_backprop_a, const float *w_a,
+                                              const float *y_backprop_b, const float *w_b,
+                                              size_t multiplier, const fq_conv_geometry *geometry,
+                                              float *x_backprop)
     fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop,
                                            size_t multiplier, const fq_conv_geometry *geometry,
                                            float *w_backprop)

@@ -488,6 +488,22 @@ def depthwise_grad_input(const float[::1] y_backprop, const float[::1] w, size_t
     _check(rc)
 
 
+def depthwise_grad_input_sum(const float[::1] y_backprop_a, const float[::1] w_a,
+                             const float[::1] y_backprop_b, const float[::1] w_b, size_t multiplier,
+                             tuple geometry, float[::1] x_backprop):
+    cdef fq_conv_geometry g = _geometry(geometry)
+    cdef fq_status rc
+    _length(y_backprop_a.shape[0], _output_size(&g, multiplier), "y_backprop_a")
+    _length(w_a.shape[0], _filter_size(&g, multiplier), "w_a")
+    _length(y_backprop_b.shape[0], _output_size(&g, multiplier), "y_backprop_b")
+    _length(w_b.shape[0], _filter_size(&g, multiplier), "w_b")
+    _length(x_backprop.shape[0], _input_size(&g), "x_backprop")
+    with nogil:
+        rc = fq_f32_depthwise_grad_input_sum(_cptr(y_backprop_a), _cptr(w_a), _cptr(y_backprop_b),
+                                             _cptr(w_b), multiplier, &g, _ptr(x_backprop))
+    _check(rc)
+
+
 def depthwise_grad_filter(const float[::1] x, const float[::1] y_backprop, size_t multiplier,
                           tuple geometry, float[::1] w_backprop):
     cdef fq_conv_geometry g = _geometry(geometry)

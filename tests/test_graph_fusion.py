@@ -6,7 +6,7 @@ import pytest
 
 import fqcore
 import fqcore.graph as G
-from fqcore.graph import fusion
+from fqcore.graph import fusion, nn_numpy
 
 
 def _unfused(monkeypatch):
@@ -159,7 +159,9 @@ def test_float64_and_mismatched_vectors_are_not_fused():
                                                        ((1, 1), (1, 1), "VALID"), ((2, 3), (2, 1), "VALID")])
 def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, strides, padding):
     """Two Conv2Ds of the same input with the same geometry (the fold's pair) compute its windows
-    once, keep them for their gradients, and give the unfused ops' results bit for bit."""
+    once and keep them for their gradients; the second leaves its input gradient to the first,
+    which makes both in one product (one matmul, one col2im). The outputs and filter gradients
+    equal the unfused ops' bit for bit, x's gradient to float32 rounding (BLAS sums it)."""
     rng = np.random.default_rng(5)
     g = G.Graph()
     with g.as_default():
@@ -173,15 +175,24 @@ def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, stri
                      G.reduce_sum(G.multiply(outs[2], outs[2])))
         grads = _gradients(g, loss, [x, w1, w2, w3])
     feeds = {t: rng.standard_normal([d for d in t.shape]).astype(np.float32) for t in (x, w1, w2, w3)}
+    products = []
+    real_matmul = nn_numpy.np.matmul
+    monkeypatch.setattr(nn_numpy.np, "matmul", lambda a, b, **k: products.append(b.shape) or
+                        real_matmul(a, b, **k))
     session = G.Session(g)
     fused = session.run(outs + grads, feeds)
     plan = max(session._plans.values(), key=lambda p: len(p.steps))
     convs = [unit for unit in plan.units if isinstance(unit, fusion.ColumnsConv2D)]
     assert [unit.shared for unit in convs] == [False, True, False]
+    # x's gradient through the pair: one product of both output gradients with both filters.
+    window = kernel[0] * kernel[1] * 4
+    assert [b for b in products if b[1] == window and b[0] in (5, 6, 11)] == [(11, window)]
+    monkeypatch.undo()
     _unfused(monkeypatch)
     plain = G.Session(g).run(outs + grads, feeds)
-    for a, b in zip(fused, plain):
+    for a, b in zip(fused[:3] + fused[4:], plain[:3] + plain[4:]):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+    np.testing.assert_allclose(fused[3], plain[3], rtol=1e-5, atol=1e-5 * np.abs(plain[3]).max())
 
 
 def test_a_batch_norm_whose_y_is_fetched_still_normalizes():
@@ -391,3 +402,37 @@ def test_the_moments_follow_the_batch_norm_on_degenerate_batches():
     dx, dw = conv_statistics.gradient(x, w, mean, kept, np.ones(3, np.float32),
                                       np.ones(3, np.float32), True, True)
     assert not np.isfinite(dx).any() and not np.isfinite(dw).any()
+
+
+@pytest.mark.parametrize("strides, multiplier", [((1, 1), 1), ((2, 2), 1), ((1, 1), 2)])
+def test_two_depthwise_convolutions_of_one_input_make_its_gradient_in_one_pass(monkeypatch, strides,
+                                                                               multiplier):
+    """The fold's pair of depthwise convolutions: the second leaves its input gradient to the
+    first, which makes both in one call (fq_f32_depthwise_grad_input_sum); every value equals
+    the unfused ops' bit for bit. With only the second on the loss's path, it makes its own."""
+    from fqcore import _kernels
+    rng = np.random.default_rng(8)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [3, 7, 6, 4], name="x")
+        w1, w2 = (G.placeholder("float32", [3, 3, 4, multiplier], name=f"w{i}") for i in (1, 2))
+        outs = [G.depthwise_conv2d(x, w, strides=[1, *strides, 1], padding="SAME") for w in (w1, w2)]
+        loss = G.add(G.reduce_sum(G.multiply(outs[0], outs[0])), G.reduce_sum(outs[1]))
+        grads = _gradients(g, loss, [x, w1, w2])
+        second_only = _gradients(g, G.reduce_sum(G.multiply(outs[1], outs[1])), [x, w2])
+    feeds = {t: rng.standard_normal([d for d in t.shape]).astype(np.float32) for t in (x, w1, w2)}
+    calls = []
+    real = _kernels.depthwise_grad_input_sum
+    monkeypatch.setattr(_kernels, "depthwise_grad_input_sum", lambda *a: calls.append(a) or real(*a))
+    session = G.Session(g)
+    fused = session.run(outs + grads, feeds)
+    fused_second = session.run(second_only, feeds)
+    plan = max(session._plans.values(), key=lambda p: len(p.steps))
+    pairs = [unit for unit in plan.units if isinstance(unit, fusion.PairedDepthwise)]
+    assert [unit.shared for unit in pairs] == [False, True] and len(calls) == 1
+    monkeypatch.undo()
+    _unfused(monkeypatch)
+    plain = G.Session(g).run(outs + grads, feeds)
+    plain_second = G.Session(g).run(second_only, feeds)
+    for a, b in zip(fused + fused_second, plain + plain_second):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))

@@ -66,14 +66,31 @@ class Unit:
 
 
 class Hidden:
-    """A value in a run that no tensor of the graph names."""
+    """A value in a run that no tensor of the graph names. One that a unit (`producer`) gives
+    to later units of the same input can carry their input gradients back to it: reverse mode
+    sums a DeferredInputGradient into it when the producer takes a gradient too."""
 
-    def __init__(self, name):
+    def __init__(self, name, producer=None):
         self.name = name
+        self.producer = producer
         self.dtype = FLOAT32
 
     def __repr__(self):
         return f"<Hidden {self.name}>"
+
+
+class DeferredInputGradient:
+    """The input gradient of one or more convolutions of an input, as their (filter, output
+    gradient) pairs, for the first convolution of that input to compute with its own in one
+    pass: the fold's two convolutions of a layer's input (one for the batch statistics, one with
+    the folded weights) then read and write the input gradient once, not three times. Reverse
+    mode sums them (+) in the order they arrive."""
+
+    def __init__(self, terms):
+        self.terms = terms
+
+    def __add__(self, other):
+        return DeferredInputGradient(self.terms + other.terms)
 
 
 class FusedChannelChain(Unit):
@@ -160,7 +177,8 @@ def _scale_of(op, channels):
 class ColumnsConv2D(Unit):
     """A float32 Conv2D that keeps its input's windows for its gradient (an extra output), or
     takes them from the first Conv2D of the plan that read the same input the same way (an extra
-    input), instead of computing them again."""
+    input), instead of computing them again. Such a follower leaves its input gradient to that
+    first one (a DeferredInputGradient through the windows) when it takes a gradient too."""
 
     type = "Conv2D"
 
@@ -169,7 +187,7 @@ class ColumnsConv2D(Unit):
         self.name = op.name
         self.args = args
         self.shared = owner is not None
-        self.columns = owner.columns if self.shared else Hidden(f"{op.name}/columns")
+        self.columns = owner.columns if self.shared else Hidden(f"{op.name}/columns", self)
         self.inputs = list(op.inputs) + ([self.columns] if self.shared else [])
         self.geometries = {}  # (x's shape, w's shape) -> nn_numpy.ConvGeometry
         self.outputs = list(op.outputs) + ([] if self.shared else [self.columns])
@@ -191,10 +209,51 @@ class ColumnsConv2D(Unit):
 
     def gradient(self, op, inputs, outputs, grads, needed):
         x, w = inputs[0], inputs[1]
-        cols = inputs[2] if self.shared else outputs[1]
-        dx, dw = nn_numpy.conv2d_grad_planned(x, w, grads[0], cols, self._geometry(x, w),
-                                              input_gradient=needed[0])
-        return [dx, dw] + ([None] if self.shared else [])
+        geometry = self._geometry(x, w)
+        if self.shared:
+            defer = needed[0] and needed[2]
+            dx, dw = nn_numpy.conv2d_grad_planned(x, w, grads[0], inputs[2], geometry,
+                                                  input_gradient=needed[0] and not defer)
+            return [dx, dw, DeferredInputGradient([(w, grads[0])]) if defer else None]
+        more = grads[1].terms if grads[1] is not None else ()
+        dx, dw = nn_numpy.conv2d_grad_planned(x, w, grads[0], outputs[1], geometry,
+                                              input_gradient=needed[0], more=more)
+        return [dx, dw]
+
+
+class PairedDepthwise(Unit):
+    """A float32 DepthwiseConv2dNative with another of the same input and geometry (the fold's
+    pair): the first takes the later ones' input gradients (DeferredInputGradient) and computes
+    them with its own in one pass, the same bits as the sum reverse mode would make of them."""
+
+    type = "DepthwiseConv2dNative"
+
+    def __init__(self, op, args, owner=None):
+        self.ops = [op]
+        self.name = op.name
+        self.args = args
+        self.shared = owner is not None
+        self.link = owner.link if self.shared else Hidden(f"{op.name}/input gradients", self)
+        self.inputs = list(op.inputs) + ([self.link] if self.shared else [])
+        self.outputs = list(op.outputs) + ([] if self.shared else [self.link])
+
+    def forward(self, op, inputs, ctx):
+        y = nn_numpy.depthwise_conv2d(inputs[0], inputs[1], **self.args)
+        return (y,) if self.shared else (y, None)
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        x, w, dy = inputs[0], inputs[1], grads[0]
+        if self.shared:
+            defer = needed[0] and needed[2]
+            dx, dw = nn_numpy.depthwise_conv2d_grad(x, w, dy, **self.args,
+                                                    input_gradient=needed[0] and not defer)
+            return [dx, dw, DeferredInputGradient([(w, dy)]) if defer else None]
+        dw = None if dy is None else nn_numpy.depthwise_conv2d_grad(
+            x, w, dy, **self.args, input_gradient=False)[1]
+        # In the order reverse mode would have summed them: the later convolutions' first.
+        terms = (grads[1].terms if grads[1] is not None else []) + ([(w, dy)] if dy is not None else [])
+        dx = nn_numpy.depthwise_conv2d_input_grad_sum(x, terms, **self.args) if needed[0] else None
+        return [dx, dw]
 
 
 class BatchNormStatistics(Unit):
@@ -264,8 +323,8 @@ def fuse(order, rules):
         if op in taken:
             continue
         unit = (_chain_from(op, rules) or _conv_statistics(op, rules)
-                or _columns_conv(op, rules, owners) or _statistics_only(op, rules)
-                or _range_pair(op, rules, taken))
+                or _columns_conv(op, rules, owners) or _paired_depthwise(op, rules, owners)
+                or _statistics_only(op, rules) or _range_pair(op, rules, taken))
         if unit is None:
             units.append(op)
             continue
@@ -391,6 +450,31 @@ def _columns_conv(op, rules, owners):
     unit = ColumnsConv2D(op, args, owners.get(key))
     owners.setdefault(key, unit)
     return unit
+
+
+def _paired_depthwise(op, rules, owners):
+    """A PairedDepthwise for a float32 DepthwiseConv2dNative that takes TF's gradient when another
+    of the plan reads the same input with the same filter shape and geometry; the first of them
+    is the owner (`owners`, filled here)."""
+    if op.type != "DepthwiseConv2dNative" or not rules.fusable(op) or "_gradient_op_type" in op.attrs:
+        return None
+    x, w = op.inputs
+    if x.dtype != FLOAT32 or w.dtype != FLOAT32 or w.shape is None or None in w.shape:
+        return None
+    args = conv_args(op)
+    key = ("depthwise", x, tuple(w.shape), args["strides"], args["padding"], args["dilations"])
+    owner = owners.get(key)
+    if owner is None:
+        partners = [r for r in rules.readers(x) if r is not op and r.type == op.type
+                    and rules.fusable(r) and "_gradient_op_type" not in r.attrs
+                    and r.inputs[0] is x and r.inputs[1].dtype == FLOAT32
+                    and r.inputs[1].shape is not None and tuple(r.inputs[1].shape) == tuple(w.shape)
+                    and conv_args(r) == args]
+        if not partners:
+            return None
+        unit = owners[key] = PairedDepthwise(op, args)
+        return unit
+    return PairedDepthwise(op, args, owner)
 
 
 def _chain_from(op, rules):

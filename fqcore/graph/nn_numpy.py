@@ -267,16 +267,25 @@ def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols
     return conv2d_grad_planned(x, w, dy, cols, g, input_gradient)
 
 
-def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True):
-    """conv2d_grad of arrays that conv_geometry checked as `g`, given their columns."""
-    o = w.shape[3]
-    _same_shape(dy, "dy", (x.shape[0], g.oh, g.ow, o))
-    dy2 = np.ascontiguousarray(dy).reshape(-1, o)
-    dw = np.matmul(cols.T, dy2).reshape(w.shape)
+def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
+    """conv2d_grad of arrays that conv_geometry checked as `g`, given their columns. `more`:
+    (w_k, dy_k) of other filters of this geometry on the same columns, whose input gradients join
+    dx in the same product (one matmul, one col2im); dy may then be None (dw is None)."""
+    dw, terms = None, []
+    for filters, grad in ([(w, dy)] if dy is not None else []) + list(more):
+        o = filters.shape[3]
+        _same_shape(grad, "dy", (x.shape[0], g.oh, g.ow, o))
+        terms.append((filters.reshape(-1, o), np.ascontiguousarray(grad).reshape(-1, o)))
+    if dy is not None:
+        dw = np.matmul(cols.T, terms[0][1]).reshape(w.shape)
     if not input_gradient:
         return None, dw
-    dx = _col2im(np.matmul(dy2, w.reshape(-1, o).T), x.shape, w.shape[:2], g.oh, g.ow, g.pads,
-                 g.strides, g.dilations, x.dtype)
+    if len(terms) == 1:
+        dcols = np.matmul(terms[0][1], terms[0][0].T)
+    else:
+        dcols = np.matmul(np.concatenate([grad for _, grad in terms], axis=1),
+                          np.concatenate([filters for filters, _ in terms], axis=1).T)
+    dx = _col2im(dcols, x.shape, w.shape[:2], g.oh, g.ow, g.pads, g.strides, g.dilations, x.dtype)
     return dx, dw
 
 
@@ -306,8 +315,10 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     return y
 
 
-def depthwise_conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1)):
-    """(dx, dw) of depthwise_conv2d given dy = dL/dy [N, OH, OW, C*M]."""
+def depthwise_conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1),
+                          input_gradient=True):
+    """(dx, dw) of depthwise_conv2d given dy = dL/dy [N, OH, OW, C*M]; dx is None with
+    input_gradient=False."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
     n, h, wd, c = x.shape
     kh, kw, _, m = w.shape
@@ -316,8 +327,10 @@ def depthwise_conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1
     if x.dtype == np.float32:
         geometry = _kernel_geometry(x.shape, (kh, kw), oh, ow, strides, dilations, pads)
         flat_dy, flat_w = np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(w).reshape(-1)
-        dx, dw = np.empty(x.shape, np.float32), np.empty(w.shape, np.float32)
-        _kernels.depthwise_grad_input(flat_dy, flat_w, m, geometry, dx.reshape(-1))
+        dx, dw = None, np.empty(w.shape, np.float32)
+        if input_gradient:
+            dx = np.empty(x.shape, np.float32)
+            _kernels.depthwise_grad_input(flat_dy, flat_w, m, geometry, dx.reshape(-1))
         _kernels.depthwise_grad_filter(np.ascontiguousarray(x).reshape(-1), flat_dy, m, geometry,
                                        dw.reshape(-1))
         return dx, dw
@@ -327,8 +340,36 @@ def depthwise_conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1
     for i, j, window in _depthwise_windows(x, w, oh, ow, pads, strides, dilations):
         dw[i, j] = (window * dy).sum(axis=(0, 1, 2)).reshape(c, m)
         dxp[_tap(i, j, oh, ow, strides, dilations)] += dy * w[i, j].reshape(c * m)
+    if not input_gradient:
+        return None, dw
     dx = dxp[:, top:top + h, left:left + wd].reshape(n, h, wd, c, m).sum(axis=4)
     return np.ascontiguousarray(dx), dw
+
+
+def depthwise_conv2d_input_grad_sum(x, terms, strides=(1, 1), padding="SAME", dilations=(1, 1)):
+    """The sum of depthwise_conv2d_grad's dx over `terms`, (w, dy) pairs of one geometry on x,
+    added in order: the same bits, and two float32 terms in one pass over dx."""
+    if x.dtype != np.float32 or len(terms) != 2 or terms[0][0].shape != terms[1][0].shape:
+        dx = None
+        for w, dy in terms:
+            part = depthwise_conv2d_grad(x, w, dy, strides, padding, dilations)[0]
+            dx = part if dx is None else dx + part
+        return dx
+    (w_a, dy_a), (w_b, dy_b) = terms
+    x, w_a, strides, dilations, oh, ow, pads = _conv_setup(x, w_a, strides, padding, dilations)
+    w_b = _filter(w_b, x)
+    kh, kw, c, m = w_a.shape
+    flat = []
+    for dy in (dy_a, dy_b):
+        dy = _other(dy, "dy", x.dtype)
+        _same_shape(dy, "dy", (x.shape[0], oh, ow, c * m))
+        flat.append(np.ascontiguousarray(dy).reshape(-1))
+    dx = np.empty(x.shape, np.float32)
+    _kernels.depthwise_grad_input_sum(flat[0], np.ascontiguousarray(w_a).reshape(-1), flat[1],
+                                      np.ascontiguousarray(w_b).reshape(-1), m,
+                                      _kernel_geometry(x.shape, (kh, kw), oh, ow, strides,
+                                                       dilations, pads), dx.reshape(-1))
+    return dx
 
 
 # ---------------------------------------------------------------------------------------------------

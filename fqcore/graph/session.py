@@ -210,7 +210,8 @@ class _Plan:
     def backprop_path(self, gradients_op):
         """The differentiable ops between the Gradients op's xs and its y, in reverse execution
         order: (op, gradient function, the positions and tensors of the op's inputs whose
-        gradient reverse mode sums: float tensors that depend on an x)."""
+        gradient reverse mode sums: float tensors that depend on an x, and the Hidden values
+        that carry a unit's input gradient back to another unit of the path)."""
         path = self.backprop_paths.get(gradients_op)
         if path is None:
             y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
@@ -231,21 +232,33 @@ class _Plan:
                         and gradient_function(op) is not None):
                     reached.add(op)
 
-            def summed(step):
-                return tuple((k, t) for k, t in enumerate(step.inputs)
-                             if getattr(t, "op", None) in reached and np.dtype(t.dtype).kind == "f")
-            path = []
+            # In reverse execution order: each op, or each unit where it runs (every reader of
+            # its outputs has given its gradient by then).
+            on_path = []
             for op in reversed(self.order):
                 unit = self.member_of.get(op)
                 if unit is None:
-                    gradient = gradient_function(op) if op in reached and op in ancestors else None
-                    if gradient is not None:
-                        path.append((op, gradient, summed(op)))
+                    if op in reached and op in ancestors and gradient_function(op) is not None:
+                        on_path.append(op)
                 elif op is unit.runs_at and any(m in reached and m in ancestors for m in unit.ops):
-                    # Where the unit runs: every reader of its outputs has given its gradient.
-                    needed = tuple(getattr(t, "op", None) in reached for t in unit.inputs)
-                    path.append((unit, functools.partial(unit.gradient, needed=needed),
-                                 summed(unit)))
+                    on_path.append(unit)
+            units_on_path = set(on_path)
+
+            def needs_gradient(t):
+                """Whether reverse mode sums a gradient for the input t: a float tensor that
+                depends on an x, or a Hidden link back to a unit that takes its gradient."""
+                if isinstance(t, fusion.Hidden):
+                    return t.producer in units_on_path
+                return getattr(t, "op", None) in reached and np.dtype(t.dtype).kind == "f"
+
+            path = []
+            for step in on_path:
+                summed = tuple((k, t) for k, t in enumerate(step.inputs) if needs_gradient(t))
+                if isinstance(step, fusion.Unit):
+                    needed = tuple(needs_gradient(t) for t in step.inputs)
+                    path.append((step, functools.partial(step.gradient, needed=needed), summed))
+                else:
+                    path.append((step, gradient_function(step), summed))
             self.backprop_paths[gradients_op] = path
         return path
 

@@ -139,7 +139,7 @@ fq_status fq_f32_depthwise(const float *x, const float *w, size_t multiplier,
     if (status != FQ_OK) return status;
     if (missing(x, s.input) || missing(w, s.filter) || missing(y, s.output))
         return FQ_ERR_NULL_POINTER;
-    fq_conv_job job = {*geometry, multiplier, x, w, NULL, NULL, y, NULL, 0, NULL};
+    fq_conv_job job = {*geometry, multiplier, x, w, NULL, NULL, y, NULL, 0, NULL, 0};
     float *repeated;
     if ((status = repeat_channels(&job, s.input, &repeated)) != FQ_OK) return status;
     const fq_fpenv saved = fq_fpenv_enter();
@@ -157,13 +157,81 @@ fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w, s
     if (missing(y_backprop, s.output) || missing(w, s.filter) || missing(x_backprop, s.input))
         return FQ_ERR_NULL_POINTER;
     fq_conv_job job = {*geometry, multiplier, NULL, w, y_backprop, NULL, x_backprop, NULL, 0,
-                       NULL};
+                       NULL, 0};
     fq_conv_walk *walks;
     if ((status = input_walks(&job, &walks)) != FQ_OK) return status;
     const fq_fpenv saved = fq_fpenv_enter();
     run_rows(active_kernels()->depthwise_grad_input, &job, geometry->batch * geometry->height,
              s.input);
     fq_fpenv_leave(saved);
+    free(walks);
+    return FQ_OK;
+}
+
+/* Two input gradients of one geometry, summed: each row of the first is written in place, the
+   second's into the row buffer of the task, and the buffer added, so that dx is read and written
+   once. Tasks are contiguous runs of rows, one buffer each. */
+typedef struct {
+    fq_conv_job first, second;
+    float *buffers;  /* tasks x row_elements */
+    size_t rows, rows_per_task, row_elements;
+    fq_fpenv outer;  /* the caller's floating-point state: the sum is the one numpy would make */
+} grad_input_sum_job;
+
+static void grad_input_sum_tasks(void *context, size_t first_task, size_t end_task) {
+    const grad_input_sum_job *p = context;
+    const fq_range_fn kernel = active_kernels()->depthwise_grad_input;
+    for (size_t task = first_task; task < end_task; ++task) {
+        fq_conv_job second = p->second;
+        second.out = p->buffers + task * p->row_elements;
+        const size_t end_row = task * p->rows_per_task + p->rows_per_task < p->rows
+                                   ? task * p->rows_per_task + p->rows_per_task : p->rows;
+        for (size_t row = task * p->rows_per_task; row < end_row; ++row) {
+            kernel((void *)&p->first, row, row + 1);
+            second.out_row0 = row;
+            kernel(&second, row, row + 1);
+            float *restrict dx = p->first.out + row * p->row_elements;
+            const float *restrict other = second.out;
+            /* The two gradients are summed as reverse mode sums them: IEEE, no flush to zero. */
+            const fq_fpenv kernels_state = fq_fpenv_get();
+            fq_fpenv_leave(p->outer);
+            for (size_t k = 0; k < p->row_elements; ++k) dx[k] += other[k];
+            fq_fpenv_leave(kernels_state);
+        }
+    }
+}
+
+fq_status fq_f32_depthwise_grad_input_sum(const float *y_backprop_a, const float *w_a,
+                                          const float *y_backprop_b, const float *w_b,
+                                          size_t multiplier, const fq_conv_geometry *geometry,
+                                          float *x_backprop) {
+    conv_sizes s;
+    fq_status status = check_geometry(geometry, multiplier, &s);
+    if (status != FQ_OK) return status;
+    if (missing(y_backprop_a, s.output) || missing(w_a, s.filter) ||
+        missing(y_backprop_b, s.output) || missing(w_b, s.filter) || missing(x_backprop, s.input))
+        return FQ_ERR_NULL_POINTER;
+    const size_t rows = geometry->batch * geometry->height;
+    if (rows == 0 || s.input == 0) return FQ_OK;
+    grad_input_sum_job p = {
+        {*geometry, multiplier, NULL, w_a, y_backprop_a, NULL, x_backprop, NULL, 0, NULL, 0},
+        {*geometry, multiplier, NULL, w_b, y_backprop_b, NULL, NULL, NULL, 0, NULL, 0},
+        NULL, rows, 0, s.input / rows, 0};
+    const int threads = fq_runtime_threads_for(2 * s.input, rows);
+    const size_t tasks = (size_t)threads < rows ? (size_t)threads : rows;
+    p.rows_per_task = (rows + tasks - 1) / tasks;
+    fq_conv_walk *walks;
+    if ((status = input_walks(&p.first, &walks)) != FQ_OK) return status;
+    p.second.walks = p.first.walks;
+    p.buffers = malloc(tasks * p.row_elements * sizeof(float));
+    if (p.buffers == NULL) {
+        free(walks);
+        return FQ_ERR_NO_MEMORY;
+    }
+    p.outer = fq_fpenv_enter();
+    fq_parallel_for(threads, tasks, grad_input_sum_tasks, &p);
+    fq_fpenv_leave(p.outer);
+    free(p.buffers);
     free(walks);
     return FQ_OK;
 }
@@ -187,7 +255,7 @@ fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop, 
     float *partials = malloc(blocks * s.filter * sizeof(float));
     if (partials == NULL) return FQ_ERR_NO_MEMORY;
     fq_conv_job job = {*geometry, multiplier, x, NULL, y_backprop, NULL, NULL, partials,
-                       rows_per_block, NULL};
+                       rows_per_block, NULL, 0};
     float *repeated;
     if ((status = repeat_channels(&job, s.input, &repeated)) != FQ_OK) {
         free(partials);
@@ -253,7 +321,7 @@ fq_status fq_f32_im2col(const float *x, const fq_conv_geometry *geometry, float 
     fq_status status = check_geometry(geometry, 1, &s);
     if (status != FQ_OK) return status;
     if (missing(x, s.input) || missing(cols, s.pixels * s.window)) return FQ_ERR_NULL_POINTER;
-    const fq_conv_job job = {*geometry, 1, x, NULL, NULL, NULL, cols, NULL, 0, NULL};
+    const fq_conv_job job = {*geometry, 1, x, NULL, NULL, NULL, cols, NULL, 0, NULL, 0};
     run_rows(im2col_rows, &job, geometry->batch * geometry->out_height, s.pixels * s.window);
     return FQ_OK;
 }
@@ -264,7 +332,7 @@ fq_status fq_f32_col2im(const float *cols, const fq_conv_geometry *geometry, flo
     if (status != FQ_OK) return status;
     if (missing(cols, s.pixels * s.window) || missing(x_backprop, s.input))
         return FQ_ERR_NULL_POINTER;
-    const fq_conv_job job = {*geometry, 1, NULL, NULL, NULL, cols, x_backprop, NULL, 0, NULL};
+    const fq_conv_job job = {*geometry, 1, NULL, NULL, NULL, cols, x_backprop, NULL, 0, NULL, 0};
     const fq_fpenv saved = fq_fpenv_enter();
     run_rows(active_kernels()->col2im, &job, geometry->batch * geometry->height, s.input);
     fq_fpenv_leave(saved);

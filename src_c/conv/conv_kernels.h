@@ -41,6 +41,9 @@ typedef struct {
        geometry alone, so they are found once per call rather than per row and pixel (each is a few
        divisions per tap). */
     const fq_conv_walk *walks;
+    /* The input gradient writes row `row` at out + (row - out_row0) * W * C: 0 for the whole
+       array, a row's index for a one-row buffer. */
+    size_t out_row0;
 } fq_conv_job;
 
 /* One ISA's kernels, each over a range of rows: output rows (n * OH + r) for the forward and the

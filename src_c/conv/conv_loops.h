@@ -226,7 +226,7 @@ static void grad_input_blocks(const fq_conv_job *job, size_t first_row, size_t e
     for (size_t row = first_row; row < end_row; ++row) {
         const size_t n = row / g->height, h = row % g->height;
         const fq_conv_walk rows = row_walks[h];
-        float *dx_row = job->out + row * g->width * c;
+        float *dx_row = job->out + (row - job->out_row0) * g->width * c;
         const float *dy_row = job->dy + (n * g->out_height + rows.index) * g->out_width * pixel;
         for (size_t w = 0; w < g->width;) {
             const fq_conv_walk cols = col_walks[w];
@@ -260,7 +260,7 @@ static void grad_input_runs(const fq_conv_job *job, size_t first_row, size_t end
     const size_t c_in = g->channels, m = job->multiplier, c_out = c_in * m;
     for (size_t row = first_row; row < end_row; ++row) {
         const size_t n = row / g->height, h = row % g->height;
-        float *out = job->out + row * g->width * c_in;
+        float *out = job->out + (row - job->out_row0) * g->width * c_in;
         zero(out, g->width * c_in);
         for (size_t i = 0; i < g->kernel_height; ++i) {
             size_t r;
@@ -485,7 +485,7 @@ static void col2im(void *context, size_t first_row, size_t end_row) {
     const size_t c_in = g->channels, row_len = g->kernel_height * g->kernel_width * c_in;
     for (size_t row = first_row; row < end_row; ++row) {
         const size_t n = row / g->height, h = row % g->height;
-        float *out = job->out + row * g->width * c_in;
+        float *out = job->out + (row - job->out_row0) * g->width * c_in;
         zero(out, g->width * c_in);
         for (size_t i = 0; i < g->kernel_height; ++i) {
             size_t r;

@@ -207,6 +207,13 @@ fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w, s
                                       const fq_conv_geometry *geometry, float *x_backprop);
 fq_status fq_f32_depthwise_grad_filter(const float *x, const float *y_backprop, size_t multiplier,
                                        const fq_conv_geometry *geometry, float *w_backprop);
+/* The sum of two input gradients of one geometry, (y_backprop_a, w_a) and (y_backprop_b, w_b):
+   x_backprop is each one's fq_f32_depthwise_grad_input added as numpy adds float32 (no flush to
+   zero), the same bits, in one pass over x_backprop. */
+fq_status fq_f32_depthwise_grad_input_sum(const float *y_backprop_a, const float *w_a,
+                                          const float *y_backprop_b, const float *w_b,
+                                          size_t multiplier, const fq_conv_geometry *geometry,
+                                          float *x_backprop);
 
 /* --- Per-channel chains (float32): the scale, shifts and activation after a convolution (what the
    fold of a batch norm into a layer leaves: contrib's post_conv_mul, correction_add, add_fold,

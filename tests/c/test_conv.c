@@ -155,26 +155,33 @@ static void ref_depthwise_grad_filter_f64(const conv_case *k, const float *x, co
                     }
 }
 
-typedef enum { OP_IM2COL, OP_COL2IM, OP_DEPTHWISE, OP_GRAD_INPUT, OP_GRAD_FILTER, OP_COUNT } conv_op;
+typedef enum { OP_IM2COL, OP_COL2IM, OP_DEPTHWISE, OP_GRAD_INPUT, OP_GRAD_INPUT_SUM, OP_GRAD_FILTER,
+               OP_COUNT } conv_op;
 static const char *const op_names[OP_COUNT] = {"im2col", "col2im", "depthwise", "depthwise_grad_input",
-                                               "depthwise_grad_filter"};
+                                               "depthwise_grad_input_sum", "depthwise_grad_filter"};
 
 static size_t output_size(const conv_case *k, conv_op op) {
     switch (op) {
     case OP_IM2COL: return pixels(k) * window(k);
-    case OP_COL2IM: case OP_GRAD_INPUT: return input_size(k);
+    case OP_COL2IM: case OP_GRAD_INPUT: case OP_GRAD_INPUT_SUM: return input_size(k);
     case OP_DEPTHWISE: return pixels(k) * k->g.channels * k->m;
     default: return window(k) * k->m;
     }
 }
 
+/* The second (y_backprop, w) pair of OP_GRAD_INPUT_SUM: dy and w read backwards. */
+typedef struct {
+    const float *dy, *w;
+} second_pair;
+
 static fq_status call(const conv_case *k, conv_op op, const float *x, const float *w,
-                      const float *dy, const float *cols, float *out) {
+                      const float *dy, const float *cols, second_pair b, float *out) {
     switch (op) {
     case OP_IM2COL: return fq_f32_im2col(x, &k->g, out);
     case OP_COL2IM: return fq_f32_col2im(cols, &k->g, out);
     case OP_DEPTHWISE: return fq_f32_depthwise(x, w, k->m, &k->g, out);
     case OP_GRAD_INPUT: return fq_f32_depthwise_grad_input(dy, w, k->m, &k->g, out);
+    case OP_GRAD_INPUT_SUM: return fq_f32_depthwise_grad_input_sum(dy, w, b.dy, b.w, k->m, &k->g, out);
     default: return fq_f32_depthwise_grad_filter(x, dy, k->m, &k->g, out);
     }
 }
@@ -187,6 +194,7 @@ static void check_case(const conv_case *k) {
     float *w = random_floats(window(k) * m);
     float *dy = random_floats(pixels(k) * k->g.channels * m);
     float *cols = random_floats(pixels(k) * window(k));
+    const second_pair b = {random_floats(pixels(k) * k->g.channels * m), random_floats(window(k) * m)};
     for (int op = 0; op < OP_COUNT; ++op) {
         if ((op == OP_IM2COL || op == OP_COL2IM) && k->m != 1) continue;
         const size_t n = output_size(k, (conv_op)op);
@@ -197,13 +205,22 @@ static void check_case(const conv_case *k) {
         case OP_COL2IM: ref_col2im(k, cols, expected); break;
         case OP_DEPTHWISE: ref_depthwise(k, x, w, expected); break;
         case OP_GRAD_INPUT: ref_depthwise_grad_input(k, dy, w, expected); break;
+        case OP_GRAD_INPUT_SUM: {
+            /* Each input gradient, then their float32 sum. */
+            float *part = xmalloc_aligned(n * sizeof(float) + 1);
+            ref_depthwise_grad_input(k, dy, w, expected);
+            ref_depthwise_grad_input(k, b.dy, b.w, part);
+            for (size_t e = 0; e < n; ++e) expected[e] += part[e];
+            free(part);
+            break;
+        }
         default:
             expected64 = malloc(n * sizeof(double) + 1);
             ref_depthwise_grad_filter_f64(k, x, dy, expected64);
         }
         guarded first = guarded_new(n);
         set_isa_threads(FQ_ISA_SCALAR, 1);
-        expect(call(k, (conv_op)op, x, w, dy, cols, first.data) == FQ_OK, "%s: status", op_names[op]);
+        expect(call(k, (conv_op)op, x, w, dy, cols, b, first.data) == FQ_OK, "%s: status", op_names[op]);
         const fq_conv_geometry *g = &k->g;
         char where[200];
         snprintf(where, sizeof where, "%s N%zu H%zu W%zu C%zu M%zu K%zux%zu S%zu,%zu D%zu,%zu P%zu,%zu O%zux%zu",
@@ -223,7 +240,7 @@ static void check_case(const conv_case *k) {
                 if (isas[a] == FQ_ISA_SCALAR && threads == 1) continue;
                 guarded got = guarded_new(n);
                 set_isa_threads(isas[a], threads);
-                call(k, (conv_op)op, x, w, dy, cols, got.data);
+                call(k, (conv_op)op, x, w, dy, cols, b, got.data);
                 size_t diff = n;
                 for (size_t e = 0; e < n && diff == n; ++e)
                     if (!same(got.data[e], first.data[e])) diff = e;
@@ -240,6 +257,8 @@ static void check_case(const conv_case *k) {
     free(w);
     free(dy);
     free(cols);
+    free((void *)b.dy);
+    free((void *)b.w);
 }
 
 /* TF's SAME sizes and pads, or VALID's, or arbitrary ones (any are safe). */
