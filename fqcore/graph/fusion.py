@@ -13,7 +13,12 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
 - ColumnsConv2D: a float32 Conv2D that keeps the windows it multiplies (conv2d_columns) for its
   gradient, and shares them with the other Conv2Ds of the plan that read the same input with the
   same geometry (the fold's two convolutions of a layer's input): one im2col where there were up
-  to four, the same bits (a copy is a copy).
+  to four, the same bits (a copy is a copy). Those others leave their input gradient to the
+  first (DeferredInputGradient), which makes them all in one product: x's gradient to float32
+  rounding (the BLAS sums it), one matmul and one col2im where there were two and an add.
+- PairedDepthwise: the same for two float32 DepthwiseConv2dNative of one input and geometry:
+  both input gradients in one pass over x's gradient, the same bits as their sum (x's gradient
+  is then the same bits too unless other ops add to it: reverse mode adds their part first).
 - BatchNormStatistics: a training FusedBatchNormV3 whose y nothing reads (the batch norm the
   fold replaced, kept for its statistics): the statistics without the pass that makes y.
 - RangePair: a Min and a Max of the same float32 tensor (a range tracker's batch range): one
