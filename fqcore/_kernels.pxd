@@ -46,6 +46,8 @@ cdef extern from "fqcore.h" nogil:
     fq_status fq_f32_vars_grad(const float *g, const float *x, float *dx, size_t n, float min,
                                float max, int num_bits, int narrow_range, float *dmin,
                                float *dmax)
+    fq_status fq_f32_vars_grad_interval(float min, float max, int num_bits, int narrow_range,
+                                        int *passes_all, float *nudged_min, float *nudged_max)
     fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t channels,
                                       const float *min, const float *max, int num_bits,
                                       int narrow_range)
@@ -121,6 +123,12 @@ cdef extern from "fqcore.h" nogil:
                                          size_t n, size_t channels, const float *scale,
                                          fq_activation activation, float *x_backprop,
                                          float *scale_backprop, float *shift_backprop)
+    fq_status fq_f32_channel_affine_grad_clipped(const float *y_backprop, const float *x,
+                                                 const float *y, size_t n, size_t channels,
+                                                 const float *scale, fq_activation activation,
+                                                 float clip_min, float clip_max,
+                                                 float *x_backprop, float *scale_backprop,
+                                                 float *shift_backprop)
     fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels,
                                           const float *mean, const float *grad_mean,
                                           const float *grad_var, float count, float *x_backprop)

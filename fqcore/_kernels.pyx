@@ -269,6 +269,15 @@ def vars_grad(gradients, inputs, min, max, num_bits, narrow_range, out):
     return result, _float32(dmin), _float32(dmax)
 
 
+def vars_grad_interval(float min, float max, int num_bits, bint narrow_range):
+    """None when vars_grad passes every element's gradient (an all-zero range), else the
+    (nudged_min, nudged_max) it passes the gradient of inputs inside."""
+    cdef int passes_all
+    cdef float lo, hi
+    _check(fq_f32_vars_grad_interval(min, max, num_bits, narrow_range, &passes_all, &lo, &hi))
+    return None if passes_all else (lo, hi)
+
+
 def channel_forward(inputs, min, max, num_bits, narrow_range, out):
     """The result, or None: see above."""
     if not (_is_kernel_array(inputs) and _is_channel_ranges(inputs, min, max)
@@ -546,7 +555,9 @@ def channel_affine(const float[::1] x, size_t channels, const float[::1] scale,
 def channel_affine_grad(const float[::1] y_backprop, const float[::1] x, const float[::1] y,
                         size_t channels, const float[::1] scale, int activation,
                         float[::1] x_backprop, float[::1] scale_backprop,
-                        float[::1] shift_backprop):
+                        float[::1] shift_backprop, clip=None):
+    """clip: None, or (nudged_min, nudged_max) of a fake quant of y that y_backprop goes through
+    first (vars_grad_interval)."""
     cdef fq_status rc
     cdef Py_ssize_t n = y_backprop.shape[0]
     _length(y.shape[0], n, "y")
@@ -559,9 +570,17 @@ def channel_affine_grad(const float[::1] y_backprop, const float[::1] x, const f
     cdef float *ds = <float *>_vector(scale_backprop, channels, "scale_backprop")
     cdef float *db = <float *>_vector(shift_backprop, channels, "shift_backprop")
     cdef const float *xp = _cptr(x) if x is not None else NULL
+    cdef float lo = 0.0, hi = 0.0
+    cdef bint clipped = clip is not None
+    if clipped:
+        lo, hi = clip
     with nogil:
-        rc = fq_f32_channel_affine_grad(_cptr(y_backprop), xp, _cptr(y), n, channels, s,
-                                        <fq_activation>activation, dx, ds, db)
+        if clipped:
+            rc = fq_f32_channel_affine_grad_clipped(_cptr(y_backprop), xp, _cptr(y), n, channels, s,
+                                                    <fq_activation>activation, lo, hi, dx, ds, db)
+        else:
+            rc = fq_f32_channel_affine_grad(_cptr(y_backprop), xp, _cptr(y), n, channels, s,
+                                            <fq_activation>activation, dx, ds, db)
     _check(rc)
 
 

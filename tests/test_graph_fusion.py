@@ -436,3 +436,50 @@ def test_two_depthwise_convolutions_of_one_input_make_its_gradient_in_one_pass(m
     plain_second = G.Session(g).run(second_only, feeds)
     for a, b in zip(fused + fused_second, plain + plain_second):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("case", ["chain only", "gradient of z", "z read twice", "zero range",
+                                  "range gradients"])
+def test_a_fake_quant_of_a_chain_clips_inside_the_chains_gradient(monkeypatch, case):
+    """FakeQuantWithMinMaxVars of a fused chain's output z (a range tracker's activation quant):
+    when its range takes no gradient, its clip happens in the chain's gradient pass and its own
+    pass over z is not made; every gradient equals the unfused ops' (x's bit for bit, the
+    vectors' to float32 rounding: their sums run in another order). A gradient of z asked for,
+    or summed with another, is made as the op makes it."""
+    from fqcore import _kernels
+    rng = np.random.default_rng(9)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [4, 5, 3, 8], name="x")
+        scale, shift = (G.placeholder("float32", [8], name=n) for n in ("scale", "shift"))
+        low, high = (G.placeholder("float32", [], name=n) for n in ("low", "high"))
+        z = G.relu6(G.add(G.multiply(x, scale), shift))
+        q = G.fake_quant_with_min_max_vars(z, low, high, num_bits=5)
+        w = G.constant(rng.standard_normal((4, 5, 3, 8)).astype(np.float32))
+        loss = G.reduce_sum(G.multiply(q, w))
+        if case == "z read twice":
+            loss = G.add(loss, G.reduce_sum(G.multiply(z, z)))
+        xs = [x, scale, shift] + {"gradient of z": [z], "range gradients": [low, high]}.get(case, [])
+        grads = _gradients(g, loss, xs)
+    feeds = {x: (rng.standard_normal((4, 5, 3, 8)) * 3).astype(np.float32),
+             scale: rng.standard_normal(8).astype(np.float32),
+             shift: rng.standard_normal(8).astype(np.float32),
+             low: np.float32(0.0 if case == "zero range" else -0.5),
+             high: np.float32(0.0 if case == "zero range" else 4.25)}
+    feeds[x].flat[:len(SPECIAL)] = SPECIAL
+    calls = []
+    real = _kernels.vars_grad
+    monkeypatch.setattr(_kernels, "vars_grad", lambda *a: calls.append(a) or real(*a))
+    session = G.Session(g)
+    fused = session.run(grads, feeds)
+    plan = max(session._plans.values(), key=lambda p: len(p.steps))
+    assert [type(u).__name__ for u in plan.units if isinstance(u, fusion.ClippedFakeQuant)] == [
+        "ClippedFakeQuant"]
+    assert len(calls) == (0 if case in ("chain only", "zero range") else 1)
+    monkeypatch.undo()
+    _unfused(monkeypatch)
+    plain = G.Session(g).run(grads, feeds)
+    np.testing.assert_array_equal(fused[0].view(np.uint32), plain[0].view(np.uint32))
+    for a, b in zip(fused[1:], plain[1:]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

@@ -26,7 +26,10 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
 - ConvStatistics: a 1x1 Conv2D whose output only a BatchNormStatistics with contrib's
   FoldFusedBatchNormGrad reads (and ops that ask only its shape), where the input has fewer
   channels than the output: the statistics from the input's moments (conv_statistics.py), never
-  the convolution, to float32 rounding."""
+  the convolution, to float32 rounding.
+- ClippedFakeQuant: a FakeQuantWithMinMaxVars of a FusedChannelChain's output whose range takes
+  no gradient (an activation quant's range tracker): its gradient's clip runs inside the
+  chain's gradient pass (ClippedGradient), the same bits, one pass over the tensor fewer."""
 from collections import namedtuple
 
 import numpy as np
@@ -126,15 +129,18 @@ class FusedChannelChain(Unit):
         return (y,)
 
     def gradient(self, op, inputs, outputs, grads, needed):
-        x = inputs[0]
+        x, dy, clip = inputs[0], grads[0], None
+        if isinstance(dy, ClippedGradient):
+            # A fake quant of this chain's output: its clip joins this pass.
+            dy, clip = (dy.dy, dy.interval) if dy.x is outputs[0] else (dy.value(), None)
         scale, _ = self._vectors(inputs)
         dx = np.empty(x.shape, FLOAT32)
         dscale = np.empty(self.channels, FLOAT32) if scale is not None else None
         dshift = np.empty(self.channels, FLOAT32) if self.shifts else None
         _kernels.channel_affine_grad(
-            np.ascontiguousarray(grads[0], FLOAT32).reshape(-1),
+            np.ascontiguousarray(dy, FLOAT32).reshape(-1),
             np.ascontiguousarray(x).reshape(-1), outputs[0].reshape(-1), self.channels, scale,
-            _kernels.ACTIVATIONS[self.activation], dx.reshape(-1), dscale, dshift)
+            _kernels.ACTIVATIONS[self.activation], dx.reshape(-1), dscale, dshift, clip)
         shift_grads = [dshift] + [dshift.copy() for _ in self.shifts[1:]]
         return [dx] + ([dscale] if scale is not None else []) + shift_grads
 
@@ -320,20 +326,79 @@ class ConvStatistics(Unit):
                 None if dw is None else dw.reshape(w.shape)]
 
 
+class ClippedGradient:
+    """The input gradient of a FakeQuantWithMinMaxVars (dy where x lies in [lo, hi], the nudged
+    range), not made yet: when x is a FusedChannelChain's output, the chain's gradient applies
+    the clip in its own pass (channel_affine_grad's clip), and the fake quant's pass over the
+    tensor, which would write a gradient only for the chain to read it back, is not made. Used
+    anywhere else (summed with another gradient, returned), it is made (value())."""
+
+    __array_ufunc__ = None  # numpy defers `array + this` to __radd__
+
+    def __init__(self, dy, x, interval, make):
+        self.dy, self.x, self.interval, self.make = dy, x, interval, make
+
+    def value(self):
+        return self.make()
+
+    def __add__(self, other):
+        return self.value() + (other.value() if isinstance(other, ClippedGradient) else other)
+
+    def __radd__(self, other):
+        return other + self.value()
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.value(), dtype)
+
+
+class ClippedFakeQuant(Unit):
+    """A per-tensor float32 FakeQuantWithMinMaxVars of a FusedChannelChain's output (a range
+    tracker's activation quant): the op's forward; its input gradient as a ClippedGradient when
+    its range takes none (min and max come from the tracker's assignments)."""
+
+    type = "FakeQuantWithMinMaxVars"
+
+    def __init__(self, op):
+        self.ops = [op]
+        self.name = op.name
+        self.inputs, self.outputs = list(op.inputs), list(op.outputs)
+        self.op_forward = op_def(op.type).forward
+        self.op_gradient = gradient_function(op)
+        self.bits = (op.attrs.get("num_bits", 8), op.attrs.get("narrow_range", False))
+
+    def forward(self, op, inputs, ctx):
+        return self.op_forward(self.ops[0], inputs, ctx)
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        fake_quant = self.ops[0]
+
+        def made():
+            return self.op_gradient(fake_quant, inputs, outputs, grads)
+        x, low, high = inputs
+        if needed[1] or needed[2] or np.ndim(low) or np.ndim(high):
+            return made()
+        interval = _kernels.vars_grad_interval(float(low), float(high), *self.bits)
+        if interval is None:  # the op passes every element's gradient as it is
+            return [grads[0], None, None]
+        return [ClippedGradient(grads[0], x, interval, lambda: made()[0]), None, None]
+
+
 def fuse(order, rules):
     """`order` (the plan's ops) with each unit's ops replaced by the unit (PlanRules: what the
     plan allows)."""
-    units, taken, owners = [], set(), {}
+    units, taken, owners, unit_of = [], set(), {}, {}
     for op in order:
         if op in taken:
             continue
         unit = (_chain_from(op, rules) or _conv_statistics(op, rules)
                 or _columns_conv(op, rules, owners) or _paired_depthwise(op, rules, owners)
-                or _statistics_only(op, rules) or _range_pair(op, rules, taken))
+                or _statistics_only(op, rules) or _range_pair(op, rules, taken)
+                or _clipped_fake_quant(op, rules, unit_of))
         if unit is None:
             units.append(op)
             continue
         taken.update(unit.ops)
+        unit_of.update((member, unit) for member in unit.ops)
         units.append(unit)
     position = {op: i for i, op in enumerate(order)}
     return sorted(units, key=lambda u: position[u.runs_at] if isinstance(u, Unit) else position[u])
@@ -480,6 +545,18 @@ def _paired_depthwise(op, rules, owners):
         unit = owners[key] = PairedDepthwise(op, args)
         return unit
     return PairedDepthwise(op, args, owner)
+
+
+def _clipped_fake_quant(op, rules, unit_of):
+    """A ClippedFakeQuant of `op` (a FakeQuantWithMinMaxVars of float32) when its input is a
+    FusedChannelChain's output (`unit_of`: the units so far, by op)."""
+    if op.type != "FakeQuantWithMinMaxVars" or not rules.fusable(op) or "_gradient_op_type" in op.attrs:
+        return None
+    x = op.inputs[0]
+    chain = unit_of.get(x.op)
+    if x.dtype != FLOAT32 or not isinstance(chain, FusedChannelChain) or chain.outputs[0] is not x:
+        return None
+    return ClippedFakeQuant(op)
 
 
 def _chain_from(op, rules):

@@ -75,17 +75,18 @@ fq_status fq_f32_channel_affine(const float *x, size_t n, size_t channels, const
     float *storage;
     if ((status = tile_vectors(channels, tile, vectors, tiled, &storage)) != FQ_OK) return status;
     const fq_channel_job job = {x, NULL, NULL, y, tiled[0], tiled[1], tiled[2], activation, n,
-                                tile, 0, NULL, NULL, 0, 0, 0.0f};
+                                tile, 0, NULL, NULL, 0, 0, 0.0f, 0, 0.0f, 0.0f};
     const size_t tiles = ceil_div(n, tile);
     fq_parallel_for(fq_runtime_threads_for(n, tiles), tiles, active_kernels()->affine, (void *)&job);
     free(storage);
     return FQ_OK;
 }
 
-fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, const float *y,
-                                     size_t n, size_t channels, const float *scale,
-                                     fq_activation activation, float *x_backprop,
-                                     float *scale_backprop, float *shift_backprop) {
+/* The chain's gradient, after a fake quant's clip when `clip` is set. */
+static fq_status affine_grad(const float *y_backprop, const float *x, const float *y, size_t n,
+                             size_t channels, const float *scale, fq_activation activation,
+                             int clip, float clip_min, float clip_max, float *x_backprop,
+                             float *scale_backprop, float *shift_backprop) {
     fq_status status = check(n, channels, activation);
     if (status != FQ_OK) return status;
     if (n > 0 && (y_backprop == NULL || y == NULL || (scale_backprop != NULL && x == NULL)))
@@ -111,7 +112,7 @@ fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, co
     const fq_channel_job job = {x, y, y_backprop, x_backprop, tiled[0], NULL, NULL, activation, n,
                                 tile, tiles_per_block, partials,
                                 (float *)(partials + 2 * blocks * tile), scale_backprop != NULL,
-                                shift_backprop != NULL, 0.0f};
+                                shift_backprop != NULL, 0.0f, clip, clip_min, clip_max};
     fq_parallel_for(fq_runtime_threads_for(n, blocks), blocks, active_kernels()->affine_grad,
                     (void *)&job);
     /* Blocks in order into block 0, then each channel's tile positions in order. */
@@ -129,6 +130,23 @@ fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, co
     free(partials);
     free(storage);
     return FQ_OK;
+}
+
+fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, const float *y,
+                                     size_t n, size_t channels, const float *scale,
+                                     fq_activation activation, float *x_backprop,
+                                     float *scale_backprop, float *shift_backprop) {
+    return affine_grad(y_backprop, x, y, n, channels, scale, activation, 0, 0.0f, 0.0f, x_backprop,
+                       scale_backprop, shift_backprop);
+}
+
+fq_status fq_f32_channel_affine_grad_clipped(const float *y_backprop, const float *x, const float *y,
+                                             size_t n, size_t channels, const float *scale,
+                                             fq_activation activation, float clip_min,
+                                             float clip_max, float *x_backprop,
+                                             float *scale_backprop, float *shift_backprop) {
+    return affine_grad(y_backprop, x, y, n, channels, scale, activation, 1, clip_min, clip_max,
+                       x_backprop, scale_backprop, shift_backprop);
 }
 
 fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels, const float *mean,
@@ -152,7 +170,8 @@ fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels,
     free(per_channel);
     if (status != FQ_OK) return status;
     const fq_channel_job job = {x, NULL, NULL, x_backprop, tiled[0], tiled[1], tiled[2],
-                                FQ_ACTIVATION_NONE, n, tile, 0, NULL, NULL, 0, 0, count - 1.0f};
+                                FQ_ACTIVATION_NONE, n, tile, 0, NULL, NULL, 0, 0, count - 1.0f, 0,
+                                0.0f, 0.0f};
     const size_t tiles = ceil_div(n, tile);
     fq_parallel_for(fq_runtime_threads_for(n, tiles), tiles, active_kernels()->fold_grad,
                     (void *)&job);

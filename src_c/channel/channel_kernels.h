@@ -22,6 +22,9 @@ typedef struct {
     float *scratch;          /* gradient: a tile per block */
     int want_scale_sum, want_shift_sum;
     float divisor;
+    /* gradient: dy first through a fake quant of y that passes [clip_min, clip_max] (clip set) */
+    int clip;
+    float clip_min, clip_max;
 } fq_channel_job;
 
 /* One ISA's kernels: the forward over tiles [first, end), the gradient over blocks. */

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "channel_kernels.h"
+#include "../fake_quant/fq_element.h"
 
 /* The loops, each over restrict-qualified operands and free of branches the vectorizer cannot
    turn into selects. */
@@ -43,6 +44,22 @@ static void pass_relu(float *restrict g, const float *restrict dy, const float *
 static void pass_relu6(float *restrict g, const float *restrict dy, const float *restrict y,
                        size_t n) {
     for (size_t k = 0; k < n; ++k) g[k] = dy[k] * ((y[k] > 0.0f && y[k] < 6.0f) ? 1.0f : 0.0f);
+}
+
+/* g = dy as a FakeQuantWithMinMaxVars gradient passes it (fq_element_mask: dy and y as
+   denormals-are-zero sees them, y inside [lo, hi]), in place of dy. */
+static void pass_clip(float *restrict g, const float *restrict dy, const float *restrict y, float lo,
+                      float hi, size_t n) {
+    for (size_t k = 0; k < n; ++k) g[k] = fq_element_mask(dy[k], fq_daz(y[k]), lo, hi);
+}
+
+/* The activations' masks applied to g in place (pass_relu, pass_relu6 after pass_clip). */
+static void mask_relu(float *restrict g, const float *restrict y, size_t n) {
+    for (size_t k = 0; k < n; ++k) g[k] = g[k] * (y[k] > 0.0f ? 1.0f : 0.0f);
+}
+
+static void mask_relu6(float *restrict g, const float *restrict y, size_t n) {
+    for (size_t k = 0; k < n; ++k) g[k] = g[k] * ((y[k] > 0.0f && y[k] < 6.0f) ? 1.0f : 0.0f);
 }
 
 static void sum_products(double *restrict sum, const float *restrict a, const float *restrict b,
@@ -83,10 +100,18 @@ static void affine_grad_blocks(void *context, size_t first_block, size_t end_blo
         for (size_t tile = first; tile < end; ++tile) {
             const size_t start = tile * job->tile;
             const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
-            const float *dy = job->dy + start;
-            if (job->activation == FQ_ACTIVATION_RELU) pass_relu(g, dy, job->y + start, len);
-            else if (job->activation == FQ_ACTIVATION_RELU6) pass_relu6(g, dy, job->y + start, len);
-            else copy(g, dy, len);
+            const float *dy = job->dy + start, *y = job->y + start;
+            if (job->clip) {
+                pass_clip(g, dy, y, job->clip_min, job->clip_max, len);
+                if (job->activation == FQ_ACTIVATION_RELU) mask_relu(g, y, len);
+                else if (job->activation == FQ_ACTIVATION_RELU6) mask_relu6(g, y, len);
+            } else if (job->activation == FQ_ACTIVATION_RELU) {
+                pass_relu(g, dy, y, len);
+            } else if (job->activation == FQ_ACTIVATION_RELU6) {
+                pass_relu6(g, dy, y, len);
+            } else {
+                copy(g, dy, len);
+            }
             if (job->out != NULL) {
                 if (job->scale != NULL) multiply(job->out + start, job->scale, g, len);
                 else copy(job->out + start, g, len);

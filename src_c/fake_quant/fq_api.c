@@ -205,6 +205,21 @@ fq_status fq_f32_vars_grad(const float *g, const float *x, float *dx, size_t n, 
     return FQ_OK;
 }
 
+fq_status fq_f32_vars_grad_interval(float min, float max, int num_bits, int narrow_range,
+                                    int *passes_all, float *nudged_min, float *nudged_max) {
+    fq_status status = check_common(0, num_bits, NULL, NULL, NULL);
+    if (status != FQ_OK) return status;
+    if (passes_all == NULL || nudged_min == NULL || nudged_max == NULL) return FQ_ERR_NULL_POINTER;
+    const fq_fpenv saved = fq_fpenv_enter();
+    *passes_all = fq_range_is_zero(min, max);
+    fq_grid grid;
+    fq_nudge(min, max, num_bits, narrow_range, &grid);
+    *nudged_min = grid.nudged_min;
+    *nudged_max = grid.nudged_max;
+    fq_fpenv_leave(saved);
+    return FQ_OK;
+}
+
 /* ---- Per-channel ops ---- */
 
 /* Spacing, in doubles, of the min and max partial sums of a period: two cache lines more than the

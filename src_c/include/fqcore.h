@@ -92,6 +92,12 @@ fq_status fq_f32_vars(const float *x, float *out, size_t n, float min, float max
 /* FakeQuantWithMinMaxVarsGradient, fused: dx and both sums in one pass. */
 fq_status fq_f32_vars_grad(const float *g, const float *x, float *dx, size_t n, float min, float max,
                            int num_bits, int narrow_range, float *dmin, float *dmax);
+/* The interval whose inputs fq_f32_vars_grad passes the gradient of: *passes_all = 1 when it
+   passes every element's unchanged (TF's all-zero range); else [*nudged_min, *nudged_max], and dx
+   = g * (x in it) with g and x as denormals-are-zero sees them (fq_f32_channel_affine_grad_clipped
+   applies it). */
+fq_status fq_f32_vars_grad_interval(float min, float max, int num_bits, int narrow_range,
+                                    int *passes_all, float *nudged_min, float *nudged_max);
 /* FakeQuantWithMinMaxVarsPerChannel on x viewed as [n / channels, channels] (n % channels == 0);
    min and max have `channels` elements. */
 fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t channels,
@@ -241,6 +247,14 @@ fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, co
                                      size_t n, size_t channels, const float *scale,
                                      fq_activation activation, float *x_backprop,
                                      float *scale_backprop, float *shift_backprop);
+/* The same with y_backprop first through a FakeQuantWithMinMaxVars of y whose gradient passes
+   [clip_min, clip_max] (fq_f32_vars_grad_interval): the chain's gradient of that op's dx, without
+   making it, the same bits. */
+fq_status fq_f32_channel_affine_grad_clipped(const float *y_backprop, const float *x, const float *y,
+                                             size_t n, size_t channels, const float *scale,
+                                             fq_activation activation, float clip_min,
+                                             float clip_max, float *x_backprop,
+                                             float *scale_backprop, float *shift_backprop);
 /* contrib.quantize's FoldFusedBatchNormGrad, the gradient x gets through a folded batch norm's
    batch mean and Bessel-corrected variance: x_backprop = grad_mean[c] / count +
    ((2 * grad_var[c]) * (x - mean[c])) / (count - 1), each operation in float32 in that order (as

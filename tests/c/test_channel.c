@@ -156,6 +156,59 @@ static void test_fold_gradient(void) {
     expect(fq_f32_fold_batch_norm_grad(v, 4, 2, NULL, v, v, 1.0f, v) == FQ_ERR_NULL_POINTER, "fold NULL mean");
 }
 
+/* fq_f32_channel_affine_grad_clipped against fq_f32_vars_grad's dx fed to
+   fq_f32_channel_affine_grad, bit for bit (x_backprop and the sums), every ISA and thread count:
+   ranges that nudge, a y with values on the nudged bounds, NaN, infinities, -0 and denormals. */
+static void test_clipped_gradient(void) {
+    static const float ranges[][2] = {{-1.0f, 6.0f}, {0.0f, 6.0f}, {-0.37f, 2.9f}, {-1e-39f, 4.0f},
+                                      {2.0f, 3.0f}};
+    static const size_t shapes[][2] = {{1, 1}, {9, 3}, {40, 17}, {4096, 32}, {20, 1500}};
+    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; ++r)
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k)
+            for (int act = 0; act <= FQ_ACTIVATION_RELU6; ++act) {
+                const size_t rows = shapes[k][0], channels = shapes[k][1], n = rows * channels;
+                const int bits = 2 + (int)below(15), narrow = (int)below(2);
+                int passes_all;
+                float lo, hi;
+                expect(fq_f32_vars_grad_interval(ranges[r][0], ranges[r][1], bits, narrow, &passes_all, &lo,
+                                                 &hi) == FQ_OK && !passes_all,
+                       "interval of range %zu", r);
+                float *x = values(n, 1), *dy = values(n, 1), *scale = values(channels, 0);
+                float *y = guarded(n), *dz = guarded(n), *want = guarded(n), *got = guarded(n);
+                float want_s[1500], want_b[1500], got_s[1500], got_b[1500], dmin, dmax;
+                set_isa_threads(FQ_ISA_SCALAR, 1);
+                fq_f32_channel_affine(x, n, channels, scale, NULL, NULL, (fq_activation)act, y);
+                for (size_t i = 0; i < n; i += 5) y[i] = i % 2 ? lo : hi; /* on the bounds */
+                if (n > 3) y[3] = from_bits(0x80000001u);                  /* a negative denormal */
+                fq_f32_vars_grad(dy, y, dz, n, ranges[r][0], ranges[r][1], bits, narrow, &dmin, &dmax);
+                fq_f32_channel_affine_grad(dz, x, y, n, channels, scale, (fq_activation)act, want, want_s,
+                                           want_b);
+                for (int a = 0; a < n_isas; ++a)
+                    for (int threads = 1; threads <= THREADS_MAX; ++threads) {
+                        set_isa_threads(isas[a], threads);
+                        expect(fq_f32_channel_affine_grad_clipped(dy, x, y, n, channels, scale,
+                                                                  (fq_activation)act, lo, hi, got, got_s,
+                                                                  got_b) == FQ_OK &&
+                                   bits_equal(got, want, n) && intact(got, n) &&
+                                   bits_equal(got_s, want_s, channels) && bits_equal(got_b, want_b, channels),
+                               "clipped gradient range %zu rows %zu channels %zu activation %d on %s, %d threads",
+                               r, rows, channels, act, fq_isa_name(isas[a]), threads);
+                    }
+                set_isa_threads(FQ_ISA_SCALAR, 1);
+                free(x); free(dy); free(scale);
+                free(y - GUARD); free(dz - GUARD); free(want - GUARD); free(got - GUARD);
+            }
+    int passes_all;
+    float lo, hi;
+    expect(fq_f32_vars_grad_interval(0.0f, 0.0f, 8, 0, &passes_all, &lo, &hi) == FQ_OK && passes_all,
+           "an all-zero range passes everything");
+    expect(fq_f32_vars_grad_interval(-1e-39f, 1e-39f, 8, 0, &passes_all, &lo, &hi) == FQ_OK && passes_all,
+           "a range of denormals is all zero");
+    expect(fq_f32_vars_grad_interval(0.0f, 1.0f, 1, 0, &passes_all, &lo, &hi) == FQ_ERR_NUM_BITS,
+           "num_bits 1");
+    expect(fq_f32_vars_grad_interval(0.0f, 1.0f, 8, 0, NULL, &lo, &hi) == FQ_ERR_NULL_POINTER, "NULL flag");
+}
+
 static void test_statuses(void) {
     float x[8] = {0}, y[8], v[4] = {0};
     expect(fq_f32_channel_affine(x, 8, 3, v, NULL, NULL, FQ_ACTIVATION_NONE, y) == FQ_ERR_BAD_SHAPE, "8 %% 3");
@@ -173,6 +226,7 @@ int main(void) {
         {"shapes x forms, threads 1..4", test_shapes},
         {"large, threads 1..4", test_large},
         {"fold gradient, threads 1..4", test_fold_gradient},
+        {"gradient through a fake quant's clip, threads 1..4", test_clipped_gradient},
     };
     return harness_main("C kernel harness (per-channel chain)", sections, sizeof sections / sizeof sections[0]);
 }
