@@ -1,7 +1,9 @@
 """Fused batch norm with TensorFlow's names and semantics (FusedBatchNormV3, FusedBatchNormGradV3):
 validation, dtypes, layouts and named-tuple results around the C kernels."""
+from __future__ import annotations
+
 import math
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -100,7 +102,7 @@ def _layout(data_format, x):
     return channels_last, x.shape[0], channels, math.prod(spatial)
 
 
-def _elements(value, name):
+def _elements(value: Any, name: str) -> Tuple[np.ndarray, int]:
     """An element array (x, y_backprop): float32, float16 or bfloat16, native byte order,
     C-contiguous (copied when not), with its dtype code."""
     if not isinstance(value, np.ndarray):
@@ -238,8 +240,8 @@ def fused_batch_norm(x: npt.ArrayLike, scale: npt.ArrayLike, offset: npt.ArrayLi
     if not is_training:
         _kernels.bn_forward_inference(_bytes(x), code, channels_last, outer, channels, inner, scale,
                                       offset, mean, variance, epsilon, _bytes(y))
-        return FusedBatchNormV3(y, mean.copy(), variance.copy(), mean.copy(), variance.copy(),
-                                np.zeros((), np.float32))
+        return FusedBatchNormV3(y, np.copy(mean), np.copy(variance), np.copy(mean),
+                                np.copy(variance), np.zeros((), np.float32))
     stats = np.empty((4, channels), np.float32)
     _kernels.bn_forward_training(_bytes(x), code, channels_last, outer, channels, inner, scale,
                                  offset, epsilon, factor,

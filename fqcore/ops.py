@@ -1,7 +1,9 @@
 """The numpy API with TensorFlow's op names: validation, dtypes, shapes, out= buffers, named tuples."""
+from __future__ import annotations
+
 import math
 import numbers
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -78,7 +80,7 @@ _as_tuple = tuple.__new__
 _SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
 
 
-def _array(value, name):
+def _array(value: Any, name: str) -> np.ndarray:
     """`value` as a float32 ndarray; arrays of another dtype are refused rather than cast."""
     if type(value) is np.ndarray and value.dtype == _FLOAT32:
         return value
@@ -230,7 +232,7 @@ def _scalar(value, name):
     return _to_float32(value, f"`{name}`")
 
 
-def _gradient_inputs(gradients, inputs):
+def _gradient_inputs(gradients: Any, inputs: Any) -> Tuple[np.ndarray, np.ndarray]:
     """Both arrays of a gradient op, validated, of one shape."""
     gradients, inputs = _array(gradients, "gradients"), _array(inputs, "inputs")
     if gradients.shape != inputs.shape:
@@ -312,8 +314,8 @@ def fake_quant_with_min_max_args(inputs: npt.ArrayLike, min: float = -6.0, max: 
     inputs : array_like
         float32, any shape and layout (non-contiguous views are copied first). Lists are
         converted; arrays of another dtype are refused (TypeError), never cast.
-    min, max : float, default -6.0, 6.0
-        The fixed range (TF attributes, rounded to float32). It is nudged so that 0.0 is a grid
+    min, max : float
+        The fixed range, default [-6, 6] (TF attributes, rounded to float32). It is nudged so that 0.0 is a grid
         point, as TF does.
     num_bits : int, default 8
         Bits of the quantization grid, 2 to 16: ``2**num_bits`` levels.
@@ -366,8 +368,8 @@ def fake_quant_with_min_max_args_gradient(gradients: npt.ArrayLike, inputs: npt.
     inputs : array_like
         float32, any shape and layout (non-contiguous views are copied first). Lists are
         converted; arrays of another dtype are refused (TypeError), never cast.
-    min, max : float, default -6.0, 6.0
-        The fixed range (TF attributes, rounded to float32). It is nudged so that 0.0 is a grid
+    min, max : float
+        The fixed range, default [-6, 6] (TF attributes, rounded to float32). It is nudged so that 0.0 is a grid
         point, as TF does.
     num_bits : int, default 8
         Bits of the quantization grid, 2 to 16: ``2**num_bits`` levels.

@@ -8,12 +8,14 @@ State (the quantization range) lives in float32 numpy arrays held in the ``weigh
 ``build`` returns; a training call updates them in place. A training call is two passes over the
 input: the fused batch min/max (``fqcore.observe.batch_range``) and one fake-quant pass.
 """
+from __future__ import annotations
+
 import abc
 import inspect
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -310,7 +312,7 @@ class _RangeQuantizer(Quantizer):
             A per-axis quantizer for a tensor of rank 0, or a malformed shape or name.
         """
         shape, name = _tensor_shape(tensor_shape), _name(name)
-        state_shape = ()
+        state_shape: Tuple[int, ...] = ()
         if self._channels and shape is not None:
             if not shape:
                 raise ValueError(f"per_axis quantization needs a tensor of rank 1 or higher "

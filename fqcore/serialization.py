@@ -9,7 +9,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Type, Union
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from .safe_names import path_problem
 __all__ = ["register_quantizer", "registered_quantizers", "serialize", "deserialize", "to_json",
            "from_json", "save_quantizer", "load_quantizer"]
 
-_REGISTRY = {}
+_REGISTRY: Dict[str, Type[Quantizer]] = {}
 _DICT_KEYS = ("class_name", "config")
 _OPTIONAL_DICT_KEYS = ("module", "registered_name")
 FILE_FORMAT = "fqcore-quantizer"
@@ -367,7 +367,7 @@ def save_quantizer(path: Union[str, "os.PathLike[str]"], quantizer: Quantizer,
         payload = (json.dumps(header, allow_nan=False, indent=1) + "\n").encode("utf-8")
         write_atomically(path, lambda f: f.write(payload))
     else:
-        arrays = {"header": np.array(json.dumps(header, allow_nan=False))}
+        arrays: Dict[str, Any] = {"header": np.array(json.dumps(header, allow_nan=False))}
         arrays.update({"weight/" + key: value for key, value in weights.items()})
         write_atomically(path, lambda f: np.savez(f, **arrays))
 

@@ -1,6 +1,7 @@
 """compare(): the integer model against the fake-quant graph it was exported from, layer by layer
 (share of elements that differ, largest difference in quantization steps) and on the task."""
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -54,8 +55,8 @@ class Comparison:
     """
 
     layers: list
-    graph_accuracy: float = None
-    model_accuracy: float = None
+    graph_accuracy: Optional[float] = None
+    model_accuracy: Optional[float] = None
 
     def __str__(self):
         width = max([len(layer.name) for layer in self.layers] + [5])

@@ -45,6 +45,9 @@ class ExportedModel(bytes):
     ('tflite', 'int8', ['x'])
     """
 
+    model: Any
+    format: str
+
     def __new__(cls, data: bytes, model: Any, file_format: str) -> "ExportedModel":
         self = super().__new__(cls, data)
         self.model, self.format = model, file_format
