@@ -34,6 +34,27 @@ class Optimizer:
         return build.constant(np.float32(self.learning_rate), name="learning_rate")
 
     def minimize(self, loss, var_list=None, name=None):
+        """Adds the gradient and update ops for `loss` and returns the train op.
+
+        Parameters
+        ----------
+        loss : Tensor
+            A float32 scalar.
+        var_list : list of Variable, optional
+            The variables to update (default: the trainable variables).
+        name : str, optional
+            The train op's name.
+
+        Returns
+        -------
+        Operation
+            Running it computes the gradients and applies one update to each variable.
+
+        Raises
+        ------
+        ValueError
+            No variables to update, or a loss that is not a scalar.
+        """
         g = loss.graph
         var_list = list(var_list) if var_list is not None else trainable_variables(g)
         if not var_list:
@@ -60,6 +81,33 @@ class Optimizer:
 
 
 class GradientDescentOptimizer(Optimizer):
+    """Plain SGD, as TF1 builds it: ``var -= learning_rate * grad`` (ApplyGradientDescent).
+
+    Parameters
+    ----------
+    learning_rate : float or Tensor
+        A positive number, or a scalar float32 Tensor (e.g. a placeholder fed each step, for a
+        schedule).
+    name : str, optional
+        The name scope of its ops (default ``GradientDescent``).
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None], name="x")
+    ...     target = G.placeholder("float32", [None], name="target")
+    ...     w = G.variable("w", 0.0)
+    ...     error = G.subtract(G.multiply(x, w), target)
+    ...     loss = G.reduce_mean(G.multiply(error, error))
+    ...     train_op = G.GradientDescentOptimizer(0.1).minimize(loss)
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> session.run(train_op, {x: [1.0], target: [2.0]})
+    >>> round(float(session.variable_value("w")), 4)     # 0 - 0.1 * 2 * (0 - 2)
+    0.4
+    """
     _name = "GradientDescent"
 
     def _apply(self, g, var, grad):
@@ -70,6 +118,38 @@ class GradientDescentOptimizer(Optimizer):
 
 
 class MomentumOptimizer(Optimizer):
+    """SGD with momentum, as TF1 builds it (ApplyMomentum): ``accum = momentum * accum + grad;
+    var -= learning_rate * accum``.
+
+    Parameters
+    ----------
+    learning_rate : float or Tensor
+        A positive number, or a scalar float32 Tensor fed each step.
+    momentum : float, default 0.9
+        The accumulator's decay.
+    use_nesterov : bool, default False
+        Nesterov's variant.
+    name : str, optional
+        The name scope of its ops (default ``Momentum``).
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None], name="x")
+    ...     target = G.placeholder("float32", [None], name="target")
+    ...     w = G.variable("w", 0.0)
+    ...     error = G.subtract(G.multiply(x, w), target)
+    ...     loss = G.reduce_mean(G.multiply(error, error))
+    ...     train_op = G.MomentumOptimizer(0.1, 0.9).minimize(loss)
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> for _ in range(2):
+    ...     session.run(train_op, {x: [1.0], target: [2.0]})
+    >>> round(float(session.variable_value("w")), 4)     # 0.4, then 0.4 + 0.1 * (0.9 * 4 + 3.2)
+    1.08
+    """
     _name = "Momentum"
 
     def __init__(self, learning_rate, momentum=0.9, use_nesterov=False, name=None):
@@ -90,6 +170,36 @@ class MomentumOptimizer(Optimizer):
 
 
 class AdamOptimizer(Optimizer):
+    """Adam, as TF1 builds it (ApplyAdam, with beta1_power and beta2_power variables).
+
+    Parameters
+    ----------
+    learning_rate : float or Tensor, default 0.001
+        A positive number, or a scalar float32 Tensor fed each step.
+    beta1, beta2 : float, default 0.9, 0.999
+        The decays of the first and second moment estimates.
+    epsilon : float, default 1e-8
+        Added to the second moment's square root.
+    name : str, optional
+        The name scope of its ops (default ``Adam``).
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None], name="x")
+    ...     target = G.placeholder("float32", [None], name="target")
+    ...     w = G.variable("w", 0.0)
+    ...     error = G.subtract(G.multiply(x, w), target)
+    ...     loss = G.reduce_mean(G.multiply(error, error))
+    ...     train_op = G.AdamOptimizer(0.01).minimize(loss)
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> session.run(train_op, {x: [1.0], target: [2.0]})
+    >>> round(float(session.variable_value("w")), 4)     # Adam's first step is the learning rate
+    0.01
+    """
     _name = "Adam"
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, name=None):
