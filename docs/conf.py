@@ -21,8 +21,11 @@ napoleon_use_rtype = False
 autodoc_member_order = "bysource"
 # Signatures carry the type hints; the Parameters sections say the rest in words.
 autodoc_typehints = "signature"
-# numpy.typing.ArrayLike is a long Union: shown by its name.
-autodoc_type_aliases = {"npt.ArrayLike": "numpy.typing.ArrayLike"}
+# numpy.typing.ArrayLike and fqcore.graph's aliases are long Unions: shown by their names.
+autodoc_type_aliases = {"npt.ArrayLike": "numpy.typing.ArrayLike",
+                        "TensorLike": "fqcore.graph.type_aliases.TensorLike",
+                        "Window": "fqcore.graph.type_aliases.Window",
+                        "OpLike": "fqcore.graph.type_aliases.OpLike"}
 
 # The README links to its own sections (#isa-and-threads): MyST makes anchors of headings.
 myst_heading_anchors = 3

@@ -1,6 +1,6 @@
 """The public API's documentation: every public function and class has a numpydoc docstring with
-Parameters (when it takes any) and Examples, the examples run and give what they show, and the
-most-used entry points carry complete type hints."""
+Parameters (when it takes any) and Examples, the examples run and give what they show, and every
+public function carries complete type hints."""
 import doctest
 import inspect
 import re
@@ -27,14 +27,8 @@ PUBLIC = {f"{prefix}.{name}": getattr(module, name)
           for prefix, module, names in NAMESPACES for name in names
           if not inspect.ismodule(getattr(module, name))}
 
-# The entry points whose every parameter and return value is annotated (checked by mypy in CI).
-TYPED = [name for name, obj in PUBLIC.items() if inspect.isfunction(obj) and name.startswith(
-    ("fqcore.fake_quant", "fqcore.fused_batch", "fqcore.quantize.", "fqcore.deploy.to_"))]
-TYPED += ["fqcore.available_isas", "fqcore.compiled_isas", "fqcore.get_isa", "fqcore.set_isa",
-          "fqcore.get_num_threads", "fqcore.set_num_threads", "fqcore.usable_cpus",
-          "fqcore.other_cpu_load", "fqcore.free_cpus", "fqcore.show_config", "fqcore.serialize",
-          "fqcore.deserialize", "fqcore.to_json", "fqcore.from_json", "fqcore.save_quantizer",
-          "fqcore.load_quantizer"]
+# Every public function has complete type hints (which mypy checks in CI).
+TYPED = sorted(name for name, obj in PUBLIC.items() if inspect.isfunction(obj))
 
 
 def _section(doc, title):

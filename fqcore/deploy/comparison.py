@@ -1,7 +1,7 @@
 """compare(): the integer model against the fake-quant graph it was exported from, layer by layer
 (share of elements that differ, largest difference in quantization steps) and on the task."""
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -79,7 +79,8 @@ def _as_interpreter(model, rounding):
     return Interpreter(model, rounding=rounding)
 
 
-def compare(session, model, feeds, labels=None, *, rounding="tflite_reference"):
+def compare(session: Any, model: Any, feeds: Dict[str, Any], labels: Optional[Any] = None, *,
+            rounding: str = "tflite_reference") -> Comparison:
     """The integer model against the fake-quant graph it was exported from, layer by layer.
 
     Runs `feeds` through the session's graph and through `model` with the reference interpreter,

@@ -1,9 +1,16 @@
 """Functions that add ops to the default graph, named and shaped as TF1's (tf.add, tf.nn.conv2d...)."""
+from __future__ import annotations
+
 import operator
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Union
 
 import numpy as np
+import numpy.typing as npt
 
-from .core import Tensor, get_default_graph
+from .core import Operation, Tensor, get_default_graph
+
+if TYPE_CHECKING:
+    from .type_aliases import OpLike, TensorLike, Window
 
 
 def _graph():
@@ -14,8 +21,10 @@ def _op(op_type, inputs, attrs=None, name=None, **kwargs):
     return _graph().create_op(op_type, inputs, attrs, name=name, **kwargs)
 
 
-def constant(value, dtype=None, name="Const"):
-    """A Const op holding `value` (read-only); Python floats become float32 and ints int32, as in TF.
+def constant(value: npt.ArrayLike, dtype: Optional[npt.DTypeLike] = None,
+             name: str = "Const") -> Tensor:
+    """A Const op holding `value` (read-only); Python floats become float32 and ints int32, as in
+    TF.
 
     Parameters
     ----------
@@ -52,7 +61,9 @@ def constant(value, dtype=None, name="Const"):
     return _op("Const", [], {"value": array, "dtype": array.dtype.name}, name=name).outputs[0]
 
 
-def placeholder(dtype="float32", shape=None, name="Placeholder"):
+def placeholder(dtype: npt.DTypeLike = "float32",
+                shape: Optional[Sequence[Optional[int]]] = None,
+                name: str = "Placeholder") -> Tensor:
     """A Placeholder: a graph input that each ``Session.run`` feeds.
 
     Parameters
@@ -84,7 +95,7 @@ def placeholder(dtype="float32", shape=None, name="Placeholder"):
     return _op("Placeholder", [], attrs, name=name).outputs[0]
 
 
-def identity(x, name="Identity"):
+def identity(x: TensorLike, name: str = "Identity") -> Tensor:
     """`x` unchanged: a Identity op.
 
     Parameters
@@ -130,7 +141,7 @@ def _binary(op_type, default_name, x, y, name):
         return g.create_op(op_type, [x, y], full_name=scope[:-1]).outputs[0]
 
 
-def add(x, y, name=None):
+def add(x: TensorLike, y: TensorLike, name: Optional[str] = None) -> Tensor:
     """``x + y``: an AddV2 op (TF's ``tf.add``).
 
     Parameters
@@ -161,7 +172,7 @@ def add(x, y, name=None):
     return _binary("AddV2", "add", x, y, name)
 
 
-def subtract(x, y, name=None):
+def subtract(x: TensorLike, y: TensorLike, name: Optional[str] = None) -> Tensor:
     """``x - y``: a Sub op (TF's ``tf.subtract``).
 
     Parameters
@@ -192,7 +203,7 @@ def subtract(x, y, name=None):
     return _binary("Sub", "sub", x, y, name)
 
 
-def multiply(x, y, name=None):
+def multiply(x: TensorLike, y: TensorLike, name: Optional[str] = None) -> Tensor:
     """``x * y``: a Mul op (TF's ``tf.multiply``).
 
     Parameters
@@ -223,7 +234,7 @@ def multiply(x, y, name=None):
     return _binary("Mul", "mul", x, y, name)
 
 
-def divide(x, y, name=None):
+def divide(x: TensorLike, y: TensorLike, name: Optional[str] = None) -> Tensor:
     """``x / y``: a RealDiv op (TF's ``tf.divide``).
 
     Parameters
@@ -258,7 +269,7 @@ def pow(x, y, name=None):
     return _binary("Pow", "Pow", x, y, name)
 
 
-def minimum(x, y, name=None):
+def minimum(x: TensorLike, y: TensorLike, name: Optional[str] = None) -> Tensor:
     """``min(x, y)``: a Minimum op (TF's ``tf.minimum``).
 
     Parameters
@@ -289,7 +300,7 @@ def minimum(x, y, name=None):
     return _binary("Minimum", "Minimum", x, y, name)
 
 
-def maximum(x, y, name=None):
+def maximum(x: TensorLike, y: TensorLike, name: Optional[str] = None) -> Tensor:
     """``max(x, y)``: a Maximum op (TF's ``tf.maximum``).
 
     Parameters
@@ -332,7 +343,7 @@ def reciprocal(x, name="Reciprocal"):
     return _op("Reciprocal", [x], name=name).outputs[0]
 
 
-def rsqrt(x, name="Rsqrt"):
+def rsqrt(x: TensorLike, name: str = "Rsqrt") -> Tensor:
     """``1 / sqrt(x)``: a Rsqrt op.
 
     Parameters
@@ -360,7 +371,7 @@ def rsqrt(x, name="Rsqrt"):
     return _op("Rsqrt", [x], name=name).outputs[0]
 
 
-def cast(x, dtype, name="Cast"):
+def cast(x: TensorLike, dtype: npt.DTypeLike, name: str = "Cast") -> Tensor:
     """`x` converted to `dtype`: a Cast op.
 
     Parameters
@@ -421,7 +432,7 @@ def range(start, limit=None, delta=1, name="range"):
                            full_name=scope[:-1]).outputs[0]
 
 
-def reshape(x, shape, name="Reshape"):
+def reshape(x: TensorLike, shape: Sequence[int], name: str = "Reshape") -> Tensor:
     """`x` with a new shape: a Reshape op (its shape a Const ``<name>/shape``).
 
     Parameters
@@ -518,7 +529,8 @@ def _reduce(op_type, default_name, x, axis, keepdims, name):
                            full_name=scope[:-1]).outputs[0]
 
 
-def reduce_mean(x, axis=None, keepdims=False, name=None):
+def reduce_mean(x: Tensor, axis: Optional[Union[int, Sequence[int]]] = None,
+                keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """The mean over `axis`: a Mean op (TF's ``tf.reduce_mean``).
 
     Parameters
@@ -551,7 +563,8 @@ def reduce_mean(x, axis=None, keepdims=False, name=None):
     return _reduce("Mean", "Mean", x, axis, keepdims, name)
 
 
-def reduce_sum(x, axis=None, keepdims=False, name=None):
+def reduce_sum(x: Tensor, axis: Optional[Union[int, Sequence[int]]] = None,
+               keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """The sum over `axis`: a Sum op (TF's ``tf.reduce_sum``).
 
     Parameters
@@ -584,7 +597,8 @@ def reduce_sum(x, axis=None, keepdims=False, name=None):
     return _reduce("Sum", "Sum", x, axis, keepdims, name)
 
 
-def reduce_min(x, axis=None, keepdims=False, name=None):
+def reduce_min(x: Tensor, axis: Optional[Union[int, Sequence[int]]] = None,
+               keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """The minimum over `axis`: a Min op (TF's ``tf.reduce_min``).
 
     Parameters
@@ -617,7 +631,8 @@ def reduce_min(x, axis=None, keepdims=False, name=None):
     return _reduce("Min", "Min", x, axis, keepdims, name)
 
 
-def reduce_max(x, axis=None, keepdims=False, name=None):
+def reduce_max(x: Tensor, axis: Optional[Union[int, Sequence[int]]] = None,
+               keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """The maximum over `axis`: a Max op (TF's ``tf.reduce_max``).
 
     Parameters
@@ -650,7 +665,8 @@ def reduce_max(x, axis=None, keepdims=False, name=None):
     return _reduce("Max", "Max", x, axis, keepdims, name)
 
 
-def matmul(a, b, transpose_a=False, transpose_b=False, name="MatMul"):
+def matmul(a: TensorLike, b: TensorLike, transpose_a: bool = False,
+           transpose_b: bool = False, name: str = "MatMul") -> Tensor:
     """The matrix product ``a @ b``: a MatMul op (on numpy's BLAS).
 
     Parameters
@@ -681,7 +697,7 @@ def matmul(a, b, transpose_a=False, transpose_b=False, name="MatMul"):
                                   "transpose_b": bool(transpose_b)}, name=name).outputs[0]
 
 
-def bias_add(x, bias, name="BiasAdd"):
+def bias_add(x: TensorLike, bias: TensorLike, name: str = "BiasAdd") -> Tensor:
     """``x + bias`` along the last axis (NHWC): a BiasAdd op.
 
     Parameters
@@ -729,7 +745,8 @@ def _padding(padding):
     return padding
 
 
-def conv2d(x, filters, strides=1, padding="SAME", dilations=1, name="Conv2D"):
+def conv2d(x: TensorLike, filters: TensorLike, strides: Window = 1, padding: str = "SAME",
+           dilations: Window = 1, name: str = "Conv2D") -> Tensor:
     """A 2-D convolution: a Conv2D op (NHWC).
 
     Parameters
@@ -773,8 +790,9 @@ def conv2d(x, filters, strides=1, padding="SAME", dilations=1, name="Conv2D"):
     return _op("Conv2D", [x, filters], attrs, name=name).outputs[0]
 
 
-def depthwise_conv2d(x, filters, strides=1, padding="SAME", dilations=1,
-                     name="DepthwiseConv2dNative"):
+def depthwise_conv2d(x: TensorLike, filters: TensorLike, strides: Window = 1,
+                     padding: str = "SAME", dilations: Window = 1,
+                     name: str = "DepthwiseConv2dNative") -> Tensor:
     """A depthwise 2-D convolution: a DepthwiseConv2dNative op (NHWC).
 
     Parameters
@@ -810,7 +828,8 @@ def depthwise_conv2d(x, filters, strides=1, padding="SAME", dilations=1,
     >>> g = G.Graph()
     >>> with g.as_default():
     ...     x = G.placeholder("float32", [1, 3, 3, 1], name="x")
-    ...     y = G.depthwise_conv2d(x, G.constant(np.ones((3, 3, 1, 1), np.float32)), padding="VALID")
+    ...     kernel = G.constant(np.ones((3, 3, 1, 1), np.float32))
+    ...     y = G.depthwise_conv2d(x, kernel, padding="VALID")
     >>> G.Session(g).run(y, {x: np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1)}).ravel()
     array([36.], dtype=float32)
     """
@@ -819,7 +838,8 @@ def depthwise_conv2d(x, filters, strides=1, padding="SAME", dilations=1,
     return _op("DepthwiseConv2dNative", [x, filters], attrs, name=name).outputs[0]
 
 
-def max_pool(x, ksize, strides, padding="VALID", name="MaxPool"):
+def max_pool(x: TensorLike, ksize: Window, strides: Window, padding: str = "VALID",
+             name: str = "MaxPool") -> Tensor:
     """The maximum of each window: a MaxPool op over NHWC windows.
 
     Parameters
@@ -859,7 +879,8 @@ def max_pool(x, ksize, strides, padding="VALID", name="MaxPool"):
     return _op("MaxPool", [x], attrs, name=name).outputs[0]
 
 
-def avg_pool(x, ksize, strides, padding="VALID", name="AvgPool"):
+def avg_pool(x: TensorLike, ksize: Window, strides: Window, padding: str = "VALID",
+             name: str = "AvgPool") -> Tensor:
     """The mean of each window: a AvgPool op over NHWC windows.
 
     Parameters
@@ -899,7 +920,7 @@ def avg_pool(x, ksize, strides, padding="VALID", name="AvgPool"):
     return _op("AvgPool", [x], attrs, name=name).outputs[0]
 
 
-def relu(x, name="Relu"):
+def relu(x: TensorLike, name: str = "Relu") -> Tensor:
     """``max(x, 0)``: a Relu op.
 
     Parameters
@@ -927,7 +948,7 @@ def relu(x, name="Relu"):
     return _op("Relu", [x], name=name).outputs[0]
 
 
-def relu6(x, name="Relu6"):
+def relu6(x: TensorLike, name: str = "Relu6") -> Tensor:
     """``min(max(x, 0), 6)``: a Relu6 op.
 
     Parameters
@@ -955,7 +976,7 @@ def relu6(x, name="Relu6"):
     return _op("Relu6", [x], name=name).outputs[0]
 
 
-def sigmoid(x, name="Sigmoid"):
+def sigmoid(x: TensorLike, name: str = "Sigmoid") -> Tensor:
     """``1 / (1 + exp(-x))``: a Sigmoid op.
 
     Parameters
@@ -983,7 +1004,7 @@ def sigmoid(x, name="Sigmoid"):
     return _op("Sigmoid", [x], name=name).outputs[0]
 
 
-def tanh(x, name="Tanh"):
+def tanh(x: TensorLike, name: str = "Tanh") -> Tensor:
     """The hyperbolic tangent: a Tanh op.
 
     Parameters
@@ -1011,7 +1032,7 @@ def tanh(x, name="Tanh"):
     return _op("Tanh", [x], name=name).outputs[0]
 
 
-def softmax(logits, name="Softmax"):
+def softmax(logits: TensorLike, name: str = "Softmax") -> Tensor:
     """``exp(x) / sum(exp(x))`` over the last axis: a Softmax op.
 
     Parameters
@@ -1039,7 +1060,8 @@ def softmax(logits, name="Softmax"):
     return _op("Softmax", [logits], name=name).outputs[0]
 
 
-def sparse_softmax_cross_entropy_with_logits(labels, logits, name="xent"):
+def sparse_softmax_cross_entropy_with_logits(labels: TensorLike, logits: TensorLike,
+                                             name: str = "xent") -> Tensor:
     """The cross entropy of each row's softmax with its integer label: a
     SparseSoftmaxCrossEntropyWithLogits op (its gradient included).
 
@@ -1072,8 +1094,10 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name="xent"):
                name=name).outputs[0]
 
 
-def fused_batch_norm(x, scale, offset, mean, variance, epsilon=1e-3, is_training=True,
-                     exponential_avg_factor=1.0, name="FusedBatchNormV3"):
+def fused_batch_norm(x: TensorLike, scale: TensorLike, offset: TensorLike, mean: TensorLike,
+                     variance: TensorLike, epsilon: float = 1e-3, is_training: bool = True,
+                     exponential_avg_factor: float = 1.0,
+                     name: str = "FusedBatchNormV3") -> List[Tensor]:
     """Batch normalization, NHWC: a FusedBatchNormV3 op (on :func:`fqcore.fused_batch_norm`).
 
     Parameters
@@ -1108,7 +1132,8 @@ def fused_batch_norm(x, scale, offset, mean, variance, epsilon=1e-3, is_training
     ...     x = G.placeholder("float32", [2, 1, 1, 1], name="x")
     ...     one, zero = G.constant([1.0]), G.constant([0.0])
     ...     outputs = G.fused_batch_norm(x, one, zero, zero, one)
-    >>> y, batch_mean = G.Session(g).run(outputs[:2], {x: np.array([1, 3], np.float32).reshape(2, 1, 1, 1)})
+    >>> feed = {x: np.array([1, 3], np.float32).reshape(2, 1, 1, 1)}
+    >>> y, batch_mean = G.Session(g).run(outputs[:2], feed)
     >>> y.ravel().round(4), batch_mean       # (x - 2) / sqrt(1 + 1e-3)
     (array([-0.9995,  0.9995], dtype=float32), array([2.], dtype=float32))
     """
@@ -1117,8 +1142,9 @@ def fused_batch_norm(x, scale, offset, mean, variance, epsilon=1e-3, is_training
     return _op("FusedBatchNormV3", [x, scale, offset, mean, variance], attrs, name=name).outputs
 
 
-def fake_quant_with_min_max_vars(x, min, max, num_bits=8, narrow_range=False,
-                                 name="FakeQuantWithMinMaxVars"):
+def fake_quant_with_min_max_vars(x: TensorLike, min: TensorLike, max: TensorLike,
+                                 num_bits: int = 8, narrow_range: bool = False,
+                                 name: str = "FakeQuantWithMinMaxVars") -> Tensor:
     """Fake quantization to the range held by scalar tensors: a FakeQuantWithMinMaxVars op
     (on :func:`fqcore.fake_quant_with_min_max_vars`, gradient included).
 
@@ -1154,10 +1180,13 @@ def fake_quant_with_min_max_vars(x, min, max, num_bits=8, narrow_range=False,
     return _op("FakeQuantWithMinMaxVars", [x, min, max], attrs, name=name).outputs[0]
 
 
-def fake_quant_with_min_max_vars_per_channel(x, min, max, num_bits=8, narrow_range=False,
-                                             name="FakeQuantWithMinMaxVarsPerChannel"):
+def fake_quant_with_min_max_vars_per_channel(x: TensorLike, min: TensorLike, max: TensorLike,
+                                             num_bits: int = 8, narrow_range: bool = False,
+                                             name: str = "FakeQuantWithMinMaxVarsPerChannel"
+                                             ) -> Tensor:
     """Fake quantization with a range per channel of the last axis: a
-    FakeQuantWithMinMaxVarsPerChannel op (on :func:`fqcore.fake_quant_with_min_max_vars_per_channel`).
+    FakeQuantWithMinMaxVarsPerChannel op (on
+    :func:`fqcore.fake_quant_with_min_max_vars_per_channel`).
 
     Parameters
     ----------
@@ -1193,8 +1222,9 @@ def fake_quant_with_min_max_vars_per_channel(x, min, max, num_bits=8, narrow_ran
     return _op("FakeQuantWithMinMaxVarsPerChannel", [x, min, max], attrs, name=name).outputs[0]
 
 
-def fake_quant_with_min_max_args(x, min=-6.0, max=6.0, num_bits=8, narrow_range=False,
-                                 name="FakeQuantWithMinMaxArgs"):
+def fake_quant_with_min_max_args(x: TensorLike, min: float = -6.0, max: float = 6.0,
+                                 num_bits: int = 8, narrow_range: bool = False,
+                                 name: str = "FakeQuantWithMinMaxArgs") -> Tensor:
     """Fake quantization to a fixed range: a FakeQuantWithMinMaxArgs op (on
     :func:`fqcore.fake_quant_with_min_max_args`). The usual way to give a model's input its range.
 
@@ -1231,7 +1261,7 @@ def fake_quant_with_min_max_args(x, min=-6.0, max=6.0, num_bits=8, narrow_range=
     return _op("FakeQuantWithMinMaxArgs", [x], attrs, name=name).outputs[0]
 
 
-def no_op(name="NoOp", control_inputs=()):
+def no_op(name: str = "NoOp", control_inputs: Sequence[OpLike] = ()) -> Operation:
     """An op that does nothing but wait for its control inputs: a NoOp.
 
     Parameters
@@ -1258,7 +1288,7 @@ def no_op(name="NoOp", control_inputs=()):
     return _op("NoOp", [], name=name, control_inputs=control_inputs)
 
 
-def group(*ops, name="group_deps"):
+def group(*ops: OpLike, name: str = "group_deps") -> Operation:
     """One op that runs all `ops` (TF's ``tf.group``): a NoOp with them as control inputs.
 
     Parameters
@@ -1289,7 +1319,8 @@ def group(*ops, name="group_deps"):
     return no_op(name=name, control_inputs=ops)
 
 
-def cond(pred, true_fn, false_fn, name="cond"):
+def cond(pred: Union[Tensor, bool], true_fn: Callable[[], Any], false_fn: Callable[[], Any],
+         name: str = "cond") -> Any:
     """TF1's ``cond`` as Switch / Merge: only the taken branch's ops run.
 
     Like contrib's smart_cond, a Python bool picks the branch when the graph is built. Names and

@@ -31,6 +31,8 @@ renamed first: that rename is the save's commit point. `restore` takes the copy 
 file beside it is not the one the variables were saved with (a save interrupted between its two
 renames), so a checkpoint is always the previous one or the new one, whole.
 """
+from __future__ import annotations
+
 import base64
 import collections
 import errno
@@ -39,6 +41,7 @@ import json
 import math
 import os
 import zipfile
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -47,6 +50,9 @@ from ..bounded_npz import NpzArchive
 from .core import Graph, Operation, Tensor
 from .graph_state import check_member, decode_rng, short
 from .variables import Variable
+
+if TYPE_CHECKING:
+    from .session import Session
 
 GRAPH_FORMAT = "fqcore.graph"
 GRAPH_VERSION = 1
@@ -68,7 +74,7 @@ __all__ = ["save_graph", "load_graph", "save_variables", "load_variables", "save
 
 
 # -- graph ----------------------------------------------------------------------------------
-def save_graph(graph, path):
+def save_graph(graph: Graph, path: Union[str, os.PathLike[str]]) -> str:
     """Writes a graph (ops, attributes, collections, variables) to a JSON file, atomically.
 
     Parameters
@@ -113,7 +119,7 @@ def save_graph(graph, path):
     return path
 
 
-def load_graph(path):
+def load_graph(path: Union[str, os.PathLike[str]]) -> Graph:
     """The Graph saved in a JSON file by :func:`save_graph`.
 
     Same op names, types, wiring, attributes, output shapes, collections and Variable objects.
@@ -520,7 +526,8 @@ def _decode_array(body, where):
 
 
 # -- variables ------------------------------------------------------------------------------
-def save_variables(session, path, var_list=None):
+def save_variables(session: Session, path: Union[str, os.PathLike[str]],
+                   var_list: Optional[Sequence[Any]] = None) -> str:
     """Writes variable values from a session to an .npz file, keyed by op name, bit for bit.
 
     Parameters
@@ -605,7 +612,8 @@ def _write_variables(path, values, graph_data=None):
     write_atomically(path, write)
 
 
-def load_variables(session, path, var_list=None, strict=True):
+def load_variables(session: Session, path: Union[str, os.PathLike[str]],
+                   var_list: Optional[Sequence[Any]] = None, strict: bool = True) -> LoadResult:
     """Sets a session's variables from an .npz file by name.
 
     Nothing is set unless everything checks out; shapes and dtypes must match exactly.
@@ -769,7 +777,7 @@ def checkpoint_paths(directory_or_prefix):
     return path + GRAPH_SUFFIX, path + VARIABLES_SUFFIX
 
 
-def save(session, directory_or_prefix):
+def save(session: Session, directory_or_prefix: Union[str, os.PathLike[str]]) -> Tuple[str, str]:
     """Saves a session's graph and all its variables side by side, atomically.
 
     The variables file goes first and holds a copy of the graph: once it is in place the save has
@@ -829,7 +837,7 @@ def save(session, directory_or_prefix):
     return graph_path, variables_path
 
 
-def restore(directory_or_prefix):
+def restore(directory_or_prefix: Union[str, os.PathLike[str]]) -> Tuple[Graph, Session]:
     """``(graph, session)`` from a checkpoint written by :func:`save`: the graph rebuilt, a new
     Session with every variable set (strict: the files must agree).
 
@@ -908,7 +916,7 @@ def _path_argument(path, argument):
     return path
 
 
-def _output_path(path, argument):
+def _output_path(path, argument) -> str:
     path = _path_argument(path, argument)
     if os.path.isdir(path):
         raise IsADirectoryError(errno.EISDIR, f"{argument} {path!r} is a directory, not a file",

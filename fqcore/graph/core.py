@@ -2,6 +2,7 @@
 import contextlib
 import re
 import threading
+from typing import ContextManager, Sequence, Union
 
 import numpy as np
 
@@ -363,7 +364,7 @@ class _DefaultGraphStack(threading.local):
 _default = _DefaultGraphStack()
 
 
-def get_default_graph():
+def get_default_graph() -> Graph:
     """The graph ops are added to: that of the innermost ``with g.as_default():``, else one
     global graph.
 
@@ -387,7 +388,7 @@ def get_default_graph():
     return _default.global_default
 
 
-def reset_default_graph():
+def reset_default_graph() -> None:
     """Replaces the global default graph with an empty one.
 
     Raises
@@ -408,7 +409,7 @@ def reset_default_graph():
     _default.global_default = Graph()
 
 
-def name_scope(name):
+def name_scope(name: str) -> ContextManager[str]:
     """A context in which the default graph's new ops are named ``<name>/...`` (TF's
     ``tf.name_scope``).
 
@@ -435,7 +436,7 @@ def name_scope(name):
     return get_default_graph().name_scope(name)
 
 
-def control_dependencies(ops):
+def control_dependencies(ops: Sequence[Union[Operation, Tensor]]) -> ContextManager[None]:
     """A context in which the default graph's new ops run only after `ops` (TF's
     ``tf.control_dependencies``).
 

@@ -12,7 +12,7 @@ from .variables import Variable
 __all__ = ["copy_graph"]
 
 
-def copy_graph(graph):
+def copy_graph(graph: Graph) -> Graph:
     """A new Graph equal to `graph` and sharing nothing mutable with it.
 
     The copy has the same ops in the same creation order (names, types, inputs in order, control

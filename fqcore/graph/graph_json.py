@@ -77,9 +77,12 @@ shape inference cannot use, data-input cycles, bad collections. read_graph_json 
 with the path. write_graph_json replaces its file atomically (fqcore.atomic_file): an error or an
 interrupt midway leaves the previous file as it was.
 """
+from __future__ import annotations
+
 import json
 import math
 import os
+from typing import Union
 
 import numpy as np
 
@@ -105,7 +108,7 @@ _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 # -- writing --------------------------------------------------------------------------------
-def graph_to_json(graph):
+def graph_to_json(graph: Graph) -> str:
     """The JSON document of a graph (see the module docstring for the format), as a str.
 
     Deterministic: the same graph always gives the same text.
@@ -132,7 +135,8 @@ def graph_to_json(graph):
     return "".join(_lines(graph))
 
 
-def write_graph_json(graph, path):
+def write_graph_json(graph: Graph, path: Union[str, os.PathLike[str]]
+                     ) -> Union[str, os.PathLike[str]]:
     """Writes ``graph_to_json(graph)`` to a file, atomically (UTF-8).
 
     Parameters
@@ -144,8 +148,8 @@ def write_graph_json(graph, path):
 
     Returns
     -------
-    str
-        The path written.
+    str or os.PathLike
+        `path`, as given.
 
     Examples
     --------
@@ -317,7 +321,7 @@ def _plain(value):
 
 
 # -- reading --------------------------------------------------------------------------------
-def read_graph_json(path):
+def read_graph_json(path: Union[str, os.PathLike[str]]) -> Graph:
     """The Graph in a JSON file.
 
     Parameters
@@ -361,7 +365,7 @@ def read_graph_json(path):
         raise ValueError(f"{path}: {error}") from None
 
 
-def graph_from_json(text):
+def graph_from_json(text: Union[str, bytes]) -> Graph:
     """The Graph a JSON document describes (see the module docstring for the format).
 
     Parameters

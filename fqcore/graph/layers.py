@@ -1,5 +1,9 @@
 """Layer builders with TF-slim names (<scope>/weights, <scope>/Conv2D, <scope>/BatchNorm/...);
 batch_norm lives in layers_batch_norm, the atrous (dilated) form in layers_atrous."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
+
 import numpy as np
 
 from . import build
@@ -7,6 +11,10 @@ from . import layers_atrous as atrous
 from .core import get_default_graph
 from .layers_batch_norm import batch_norm
 from .variables import variable
+
+if TYPE_CHECKING:
+    from .core import Tensor
+    from .type_aliases import TensorLike, Window
 
 __all__ = ["conv2d", "depthwise_conv2d", "separable_conv2d", "dense", "batch_norm", "max_pool",
            "avg_pool", "global_avg_pool", "flatten", "sparse_softmax_cross_entropy", "he_normal",
@@ -20,7 +28,7 @@ def _rng():
     return get_default_graph().initializer_rng()
 
 
-def he_normal(shape, fan_in):
+def he_normal(shape: Tuple[int, ...], fan_in: int) -> np.ndarray:
     """He (Kaiming) normal initial values, suited to ReLU networks, from the graph's seeded
     generator: normal with standard deviation ``sqrt(2 / fan_in)``.
 
@@ -48,7 +56,7 @@ def he_normal(shape, fan_in):
     return (_rng().standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
 
 
-def glorot_uniform(shape, fan_in, fan_out):
+def glorot_uniform(shape: Tuple[int, ...], fan_in: int, fan_out: int) -> np.ndarray:
     """Glorot (Xavier) uniform initial values from the graph's seeded generator: uniform in
     ``±sqrt(6 / (fan_in + fan_out))``.
 
@@ -107,8 +115,10 @@ def _finish(y, use_bias, channels, bn_args, is_training, activation):
     return fn(y) if fn is not None else y
 
 
-def conv2d(x, filters, kernel_size=3, stride=1, padding="SAME", activation="relu", use_bias=True,
-           batch_norm=None, is_training=True, dilation=1, scope="Conv"):
+def conv2d(x: Tensor, filters: int, kernel_size: Window = 3, stride: int = 1,
+           padding: str = "SAME", activation: Optional[str] = "relu", use_bias: bool = True,
+           batch_norm: Union[bool, Dict[str, Any], None] = None, is_training: bool = True,
+           dilation: Window = 1, scope: str = "Conv") -> Tensor:
     """A slim convolution layer under `scope`: Conv2D [+ BiasAdd | + BatchNorm] [+ activation].
 
     Variables ``<scope>/weights`` (He normal) and ``<scope>/biases``; the ops named as slim names
@@ -181,9 +191,11 @@ def conv2d(x, filters, kernel_size=3, stride=1, padding="SAME", activation="relu
         return _finish(y, use_bias, filters, batch_norm, is_training, activation)
 
 
-def depthwise_conv2d(x, kernel_size=3, depth_multiplier=1, stride=1, padding="SAME",
-                     activation="relu", use_bias=True, batch_norm=None, is_training=True,
-                     scope="DepthwiseConv", dilation=1):
+def depthwise_conv2d(x: Tensor, kernel_size: Window = 3, depth_multiplier: int = 1,
+                     stride: int = 1, padding: str = "SAME", activation: Optional[str] = "relu",
+                     use_bias: bool = True, batch_norm: Union[bool, Dict[str, Any], None] = None,
+                     is_training: bool = True, scope: str = "DepthwiseConv",
+                     dilation: Window = 1) -> Tensor:
     """A depthwise convolution layer under `scope`: DepthwiseConv2dNative [+ BiasAdd |
     + BatchNorm] [+ activation].
 
@@ -253,9 +265,11 @@ def depthwise_conv2d(x, kernel_size=3, depth_multiplier=1, stride=1, padding="SA
         return _finish(y, use_bias, cin * depth_multiplier, batch_norm, is_training, activation)
 
 
-def separable_conv2d(x, filters, kernel_size=3, depth_multiplier=1, stride=1, padding="SAME",
-                     dilation=1, activation="relu", use_bias=True, batch_norm=None,
-                     is_training=True, scope="SeparableConv2d"):
+def separable_conv2d(x: Tensor, filters: Optional[int], kernel_size: Window = 3,
+                     depth_multiplier: int = 1, stride: int = 1, padding: str = "SAME",
+                     dilation: Window = 1, activation: Optional[str] = "relu",
+                     use_bias: bool = True, batch_norm: Union[bool, Dict[str, Any], None] = None,
+                     is_training: bool = True, scope: str = "SeparableConv2d") -> Tensor:
     """slim's separable_conv2d: a depthwise convolution, then (unless `filters` is None) a 1x1
     pointwise one, then the bias or batch norm and the activation.
 
@@ -375,8 +389,9 @@ def _depthwise(g, x, weights, kernel, stride, padding, rate, layer):
     return y
 
 
-def dense(x, units, activation=None, use_bias=True, batch_norm=None, is_training=True,
-          scope="fully_connected"):
+def dense(x: Tensor, units: int, activation: Optional[str] = None, use_bias: bool = True,
+          batch_norm: Union[bool, Dict[str, Any], None] = None, is_training: bool = True,
+          scope: str = "fully_connected") -> Tensor:
     """A fully connected layer under `scope`: MatMul [+ BiasAdd | + BatchNorm] [+ activation].
 
     A fused batch norm goes through a Reshape to ``[batch, 1, 1, units]`` and back, as TF-slim's
@@ -438,7 +453,8 @@ def dense(x, units, activation=None, use_bias=True, batch_norm=None, is_training
         return _finish(y, use_bias, units, None, is_training, activation)
 
 
-def max_pool(x, pool_size=2, stride=2, padding="VALID", scope="MaxPool"):
+def max_pool(x: Tensor, pool_size: Window = 2, stride: Window = 2,
+             padding: str = "VALID", scope: str = "MaxPool") -> Tensor:
     """slim's max_pool2d under `scope`: a MaxPool op over NHWC windows.
 
     Parameters
@@ -472,7 +488,8 @@ def max_pool(x, pool_size=2, stride=2, padding="VALID", scope="MaxPool"):
     return build.max_pool(x, pool_size, stride, padding, name=scope)
 
 
-def avg_pool(x, pool_size=2, stride=2, padding="VALID", scope="AvgPool"):
+def avg_pool(x: Tensor, pool_size: Window = 2, stride: Window = 2,
+             padding: str = "VALID", scope: str = "AvgPool") -> Tensor:
     """slim's avg_pool2d under `scope`: an AvgPool op over NHWC windows.
 
     Parameters
@@ -506,7 +523,7 @@ def avg_pool(x, pool_size=2, stride=2, padding="VALID", scope="AvgPool"):
     return build.avg_pool(x, pool_size, stride, padding, name=scope)
 
 
-def global_avg_pool(x, scope="pool"):
+def global_avg_pool(x: Tensor, scope: str = "pool") -> Tensor:
     """The mean over height and width of an NHWC tensor: a Mean op over axes [1, 2], under
     `scope`.
 
@@ -535,7 +552,7 @@ def global_avg_pool(x, scope="pool"):
     return build.reduce_mean(x, axis=[1, 2], name=scope)
 
 
-def flatten(x, scope="Flatten"):
+def flatten(x: Tensor, scope: str = "Flatten") -> Tensor:
     """Each example as one row: a Reshape to ``[batch, -1]`` under `scope`.
 
     Parameters
@@ -565,7 +582,8 @@ def flatten(x, scope="Flatten"):
     return build.reshape(x, [-1, int(np.prod(x.shape[1:]))], name=scope)
 
 
-def sparse_softmax_cross_entropy(labels, logits, scope="loss"):
+def sparse_softmax_cross_entropy(labels: TensorLike, logits: TensorLike,
+                                 scope: str = "loss") -> Tensor:
     """The mean cross entropy of the logits' softmax with integer labels, under `scope`: the
     scalar loss of a classifier.
 

@@ -1,14 +1,21 @@
 """batch_norm as TF 1.15's slim builds it, fused (FusedBatchNormV3) or unfused (nn.moments and
 nn.batch_normalization), with its moving-average updates; contrib.quantize folds both by name."""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
 import numpy as np
 
 from . import build
-from .core import GraphKeys, get_default_graph
+from .core import GraphKeys, Tensor, get_default_graph
 from .variables import variable
 
 
-def batch_norm(x, momentum=0.9, epsilon=1e-3, is_training=True, scope="BatchNorm", *, center=True,
-               scale=True, fused=True, updates_collections=GraphKeys.UPDATE_OPS):
+def batch_norm(x: Tensor, momentum: float = 0.9, epsilon: float = 1e-3, is_training: bool = True,
+               scope: str = "BatchNorm", *, center: bool = True, scale: bool = True,
+               fused: bool = True,
+               updates_collections: Union[str, Sequence[str], None] = GraphKeys.UPDATE_OPS
+               ) -> Tensor:
     """slim's batch norm under `scope`: gamma (scale=True), beta (center=True) and moving
     statistics.
 

@@ -1,19 +1,22 @@
 """Optimizers (SGD with momentum, Adam) as TF1 builds them: a Gradients op and one Apply* op per
 variable, grouped into a train op."""
 import numbers
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import build
-from .core import GraphKeys, Tensor, get_default_graph
-from .variables import trainable_variables, variable
+from .core import GraphKeys, Operation, Tensor, get_default_graph
+from .variables import Variable, trainable_variables, variable
 
 
 class Optimizer:
     """minimize(loss) adds the gradient and update ops and returns the train op."""
     _name = "Optimizer"
+    # Each subclass's update of one variable: _apply(graph, variable, gradient) -> its Apply* op.
+    _apply: Callable[..., Any]
 
-    def __init__(self, learning_rate, name=None):
+    def __init__(self, learning_rate: Union[float, Tensor], name: Optional[str] = None):
         """learning_rate: a positive number, or a scalar float32 Tensor (e.g. a placeholder fed
         each step, for a schedule)."""
         if isinstance(learning_rate, Tensor):
@@ -33,7 +36,8 @@ class Optimizer:
             return self.learning_rate
         return build.constant(np.float32(self.learning_rate), name="learning_rate")
 
-    def minimize(self, loss, var_list=None, name=None):
+    def minimize(self, loss: Tensor, var_list: Optional[Sequence[Variable]] = None,
+                 name: Optional[str] = None) -> Operation:
         """Adds the gradient and update ops for `loss` and returns the train op.
 
         Parameters
@@ -152,7 +156,8 @@ class MomentumOptimizer(Optimizer):
     """
     _name = "Momentum"
 
-    def __init__(self, learning_rate, momentum=0.9, use_nesterov=False, name=None):
+    def __init__(self, learning_rate: Union[float, Tensor], momentum: float = 0.9,
+                 use_nesterov: bool = False, name: Optional[str] = None):
         super().__init__(learning_rate, name)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
@@ -202,7 +207,8 @@ class AdamOptimizer(Optimizer):
     """
     _name = "Adam"
 
-    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, name=None):
+    def __init__(self, learning_rate: Union[float, Tensor] = 0.001, beta1: float = 0.9,
+                 beta2: float = 0.999, epsilon: float = 1e-8, name: Optional[str] = None):
         super().__init__(learning_rate, name)
         for key, value in (("beta1", beta1), ("beta2", beta2)):
             if not 0.0 <= value < 1.0:
@@ -210,9 +216,10 @@ class AdamOptimizer(Optimizer):
         if not epsilon > 0:
             raise ValueError(f"epsilon must be positive, got {epsilon!r}")
         self.beta1, self.beta2, self.epsilon = float(beta1), float(beta2), float(epsilon)
-        self._powers = None
+        self._powers: Optional[Tuple[Variable, Variable]] = None
 
-    def minimize(self, loss, var_list=None, name=None):
+    def minimize(self, loss: Tensor, var_list: Optional[Sequence[Variable]] = None,
+                 name: Optional[str] = None) -> Operation:
         g = loss.graph
         with g.as_default(), g.name_scope(""):
             self._powers = (

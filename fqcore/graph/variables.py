@@ -1,8 +1,13 @@
 """Variables as TF1 builds them: VariableV2, <name>/Initializer/..., <name>/Assign, <name>/read."""
+from __future__ import annotations
+
+from typing import Iterable, List, Optional, Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from . import build
-from .core import GraphKeys, get_default_graph
+from .core import Graph, GraphKeys, Operation, get_default_graph
 
 
 class Variable:
@@ -61,8 +66,9 @@ class Variable:
         return f"<Variable {self.op.name!r} shape={self.shape} dtype={self.dtype.name}>"
 
 
-def variable(name, initial_value, dtype=None, trainable=True, collections=None,
-             initializer_name="Const"):
+def variable(name: str, initial_value: npt.ArrayLike, dtype: Optional[npt.DTypeLike] = None,
+             trainable: bool = True, collections: Optional[Sequence[str]] = None,
+             initializer_name: str = "Const") -> Variable:
     """Creates a variable in the current name scope, initialized to `initial_value`.
 
     Parameters
@@ -125,7 +131,7 @@ def variable(name, initial_value, dtype=None, trainable=True, collections=None,
     return var
 
 
-def global_variables(graph=None):
+def global_variables(graph: Optional[Graph] = None) -> List[Variable]:
     """The graph's GLOBAL_VARIABLES collection: every variable.
 
     Parameters
@@ -151,7 +157,7 @@ def global_variables(graph=None):
     return (graph or get_default_graph()).get_collection(GraphKeys.GLOBAL_VARIABLES)
 
 
-def trainable_variables(graph=None):
+def trainable_variables(graph: Optional[Graph] = None) -> List[Variable]:
     """The graph's TRAINABLE_VARIABLES collection: what optimizers update by default.
 
     Parameters
@@ -177,7 +183,7 @@ def trainable_variables(graph=None):
     return (graph or get_default_graph()).get_collection(GraphKeys.TRAINABLE_VARIABLES)
 
 
-def find_variable(name, graph=None):
+def find_variable(name: str, graph: Optional[Graph] = None) -> Optional[Variable]:
     """The variable whose op is named `name`, or None.
 
     Parameters
@@ -207,7 +213,7 @@ def find_variable(name, graph=None):
     return None
 
 
-def variables_initializer(var_list, name="init"):
+def variables_initializer(var_list: Iterable[Variable], name: str = "init") -> Operation:
     """One op that runs the initializers of `var_list`.
 
     Parameters
@@ -237,7 +243,7 @@ def variables_initializer(var_list, name="init"):
     return build.group(*[v.initializer for v in var_list], name=name)
 
 
-def global_variables_initializer(graph=None):
+def global_variables_initializer(graph: Optional[Graph] = None) -> Operation:
     """One op that initializes every global variable of a graph.
 
     Parameters
