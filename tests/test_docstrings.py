@@ -138,8 +138,15 @@ def test_examples_are_found():
     assert set(PUBLIC) <= set(EXAMPLES)
 
 
+# Examples that export need the writers of the deploy extra.
+WRITERS = {"deploy.to_tflite": "flatbuffers", "deploy.to_onnx": "onnx"}
+
+
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_example_runs_as_shown(name, tmp_path, monkeypatch):
+    for call, package in WRITERS.items():
+        if any(call in example.source for example in EXAMPLES[name].examples):
+            pytest.importorskip(package)
     monkeypatch.chdir(tmp_path)  # examples may write files
     registry = dict(serialization._REGISTRY)
     previous = (fqcore.get_isa(), fqcore.get_num_threads())
