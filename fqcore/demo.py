@@ -329,8 +329,8 @@ def _output_directory(parser, path):
         parser.error(f"--out {path!r}: the directory is not writable")
 
 
-# Training has diverged when its last epoch's loss is not finite or no lower than a uniform
-# guess over the classes scores: the model knows less than nothing, and exporting it is useless.
+# Training has diverged when its last epoch's loss is not finite or no lower than that of a
+# uniform guess over the classes: the model knows nothing, and exporting it is useless.
 DIVERGED_LOSS = math.log(CLASSES)
 MIN_SHARE_OF_FLOAT = 0.95
 EXIT_OK, EXIT_QUANTIZATION_LOST_ACCURACY, EXIT_BAD_OPTION, EXIT_DIVERGED = 0, 1, 2, 3
@@ -451,7 +451,8 @@ def main(argv=None):
     if history["diverged"]:
         print(f"training diverged: the last epoch's loss is {history['loss'][-1]:.4g}, not below "
               f"ln {CLASSES} = {DIVERGED_LOSS:.2f} (a uniform guess); nothing evaluated or "
-              f"exported: try a smaller --learning-rate than {args.learning_rate:g}")
+              f"exported: try a smaller --learning-rate than {args.learning_rate:g}, or more "
+              f"--epochs")
         _print_saved(saved + _save_history(history, args.out))
         return EXIT_DIVERGED
     float_accuracy, _, _ = evaluate(train_variables, data, quantized=False)
