@@ -63,10 +63,11 @@ def _problems(obj):
         if section is None:
             problems.append("no Parameters section")
         else:
-            described = set(re.findall(r"^\s*\**(\w+)", section, re.M))
-            for line in section.splitlines():  # "min, max : float" describes both
-                if " : " in line or re.match(r"^\s*\**\w+\s*$", line):
-                    described.update(re.findall(r"\w+", line.split(" : ")[0]))
+            # Entries are the least indented lines: "name : type", "*args", "min, max : float".
+            lines = [line for line in section.splitlines() if line.strip()]
+            indent = min(len(line) - len(line.lstrip()) for line in lines)
+            described = {word for line in lines if len(line) - len(line.lstrip()) == indent
+                         for word in re.findall(r"\w+", line.split(" : ")[0])}
             missing = [name for name in names if name not in described]
             if missing:
                 problems.append(f"Parameters does not describe {', '.join(missing)}")
@@ -93,7 +94,8 @@ def test_the_checker_finds_what_is_missing():
         Parameters
         ----------
         x : int
-            A number.
+            A number, not
+            y itself.
 
         Examples
         --------
@@ -105,7 +107,7 @@ def test_the_checker_finds_what_is_missing():
 
 
 @pytest.mark.parametrize("name", TYPED)
-def test_entry_point_is_fully_annotated(name):
+def test_public_function_is_fully_annotated(name):
     signature = inspect.signature(PUBLIC[name])
     unannotated = [p.name for p in signature.parameters.values()
                    if p.annotation is inspect.Parameter.empty]
