@@ -1,6 +1,6 @@
 """`python -m fqcore demo`: the QAT demo (fqcore/demo.py). `python -m fqcore export`: a saved eval
 model to .tflite / ONNX (fqcore/deploy/cli.py). `python -m fqcore` (or `check`): the
-configuration, a self-check against TF-measured vectors, a speed table."""
+configuration, a self-check against TF-measured vectors, a speed table. `--help`: the commands."""
 import sys
 import time
 
@@ -112,6 +112,18 @@ def speed_table():
           "   gradients and for batch norm, training mode)")
 
 
+COMMANDS = """usage: python -m fqcore [check | demo | export] [--help]
+
+commands:
+  check   (the default) the build and run-time configuration, a self-check of every available
+          ISA against TF-measured vectors and the scalar reference, a speed table against numpy
+  demo    quantization-aware training of a small CNN on the bundled digits, then its 8-bit
+          accuracy and export to .tflite / ONNX
+  export  a saved eval model (fqcore.graph.save) to a .tflite or ONNX integer model
+
+`python -m fqcore demo --help` and `python -m fqcore export --help` list their options."""
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "demo":
@@ -120,9 +132,11 @@ def main(argv=None):
     if argv and argv[0] == "export":
         from .deploy import cli
         return cli.main(argv[1:])
+    if argv in (["-h"], ["--help"], ["check", "-h"], ["check", "--help"]):
+        print(COMMANDS)
+        return 0
     if argv and argv != ["check"]:
-        print(f"usage: python -m fqcore [check | demo [--help] | export [--help]], got "
-              f"{' '.join(argv)!r}",
+        print(f"{COMMANDS}\n\npython -m fqcore: unknown command {' '.join(argv)!r}",
               file=sys.stderr)
         return 2
     print("fqcore configuration")

@@ -2,6 +2,7 @@
 import json
 import numbers
 import os
+from typing import Any, Dict, List, Union
 
 from . import _kernels, blas_threads
 
@@ -9,23 +10,84 @@ _ISA_NAMES = _kernels.ISA_NAMES
 _BUILD = json.loads(_kernels.BUILD_INFO)
 
 
-def compiled_isas():
-    """ISAs this build has kernels for, best last."""
+def compiled_isas() -> List[str]:
+    """The ISAs this build has kernels for, best last.
+
+    Returns
+    -------
+    list of str
+        Names from ``scalar``, ``avx2``, ``avx512``, ``neon``; ``scalar`` always first.
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> fqcore.compiled_isas()[0]
+    'scalar'
+    """
     return [name for i, name in enumerate(_ISA_NAMES) if _kernels.isa_compiled(i)]
 
 
-def available_isas():
-    """ISAs compiled in and supported by this CPU and OS, best last."""
+def available_isas() -> List[str]:
+    """The ISAs compiled in and supported by this CPU and OS, best last.
+
+    Returns
+    -------
+    list of str
+        A subset of :func:`compiled_isas`, ``scalar`` first.
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> isas = fqcore.available_isas()
+    >>> isas[0], set(isas) <= set(fqcore.compiled_isas())
+    ('scalar', True)
+    """
     return [name for i, name in enumerate(_ISA_NAMES) if _kernels.isa_available(i)]
 
 
-def get_isa():
-    """The ISA every kernel runs on now."""
+def get_isa() -> str:
+    """The ISA every kernel runs on now.
+
+    At import it is the best available one, or ``FQCORE_ISA``'s.
+
+    Returns
+    -------
+    str
+        One of :func:`available_isas`.
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> fqcore.get_isa() in fqcore.available_isas()
+    True
+    """
     return _ISA_NAMES[_kernels.get_isa()]
 
 
-def set_isa(name):
-    """Runs every kernel on `name` from now on (for tests and benchmarks); errors if unavailable."""
+def set_isa(name: str) -> None:
+    """Runs every kernel on one ISA from now on (for tests and benchmarks).
+
+    Results are the same bits on every ISA; only the speed differs.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`available_isas`.
+
+    Raises
+    ------
+    ValueError
+        An unknown ISA name, or one this build or CPU lacks (never a silent fallback).
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> previous = fqcore.get_isa()
+    >>> fqcore.set_isa("scalar")
+    >>> fqcore.get_isa()
+    'scalar'
+    >>> fqcore.set_isa(previous)
+    """
     if name not in _ISA_NAMES:
         raise ValueError(f"isa must be one of {', '.join(_ISA_NAMES)}, got {name!r}")
     if name not in available_isas():
@@ -33,20 +95,53 @@ def set_isa(name):
     _kernels.set_isa(_ISA_NAMES.index(name))
 
 
-def get_num_threads():
-    """The thread setting of kernel calls: "auto" (the default) or the fixed count set."""
+def get_num_threads() -> Union[str, int]:
+    """The thread setting of kernel calls.
+
+    Returns
+    -------
+    str or int
+        ``"auto"`` (the default) or the fixed count set; ``set_num_threads(get_num_threads())``
+        restores a setting.
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> setting = fqcore.get_num_threads()
+    >>> setting == "auto" or setting >= 1
+    True
+    """
     threads = _kernels.get_num_threads()
     return "auto" if threads == 0 else threads
 
 
-def set_num_threads(num_threads):
+def set_num_threads(num_threads: Union[str, int]) -> None:
     """Sets the threads of every later kernel call; results never depend on it.
 
-    "auto" (the default) lets each call choose from its size and the machine: the CPUs this
-    process may use that other processes leave free, one thread while workers come late, one
-    below 64K elements. An int from 1 to 1024 fixes the count of every call of 64K elements or
-    more; its threads start now, and RuntimeError (the previous setting kept) says when the
-    system refuses them. set_num_threads(get_num_threads()) restores a setting."""
+    Parameters
+    ----------
+    num_threads : "auto" or int
+        ``"auto"`` (the default) lets each call choose from its size and the machine: the CPUs
+        this process may use that other processes leave free, one thread while workers come
+        late, one below 64K elements. An int from 1 to 1024 fixes the count of every call of 64K
+        elements or more; its threads start now.
+
+    Raises
+    ------
+    ValueError
+        Anything else.
+    RuntimeError
+        The system refused the threads; the previous setting is kept.
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> previous = fqcore.get_num_threads()
+    >>> fqcore.set_num_threads(1)
+    >>> fqcore.get_num_threads()
+    1
+    >>> fqcore.set_num_threads(previous)
+    """
     if isinstance(num_threads, str) and num_threads.strip().lower() == "auto":
         _kernels.set_num_threads(0)
         return
@@ -60,24 +155,61 @@ def set_num_threads(num_threads):
                            f"{get_num_threads()!r}") from None
 
 
-def usable_cpus():
-    """CPUs this process may run on (affinity mask, lowered to a cgroup CPU quota)."""
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask, lowered to a cgroup CPU quota.
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> fqcore.usable_cpus() >= 1
+    True
+    """
     return _kernels.usable_cpus()
 
 
-def other_cpu_load():
-    """Cores of this process's CPUs other processes kept busy lately (Linux; 0.0 elsewhere)."""
+def other_cpu_load() -> float:
+    """How many of this process's CPUs other processes kept busy lately.
+
+    Returns
+    -------
+    float
+        In cores, from ``/proc/stat`` less this process's own time (Linux; 0.0 elsewhere).
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> 0.0 <= fqcore.other_cpu_load() <= fqcore.usable_cpus()
+    True
+    """
     return _kernels.other_cpu_load()
 
 
-def free_cpus():
-    """CPUs worth a thread now: the usable CPUs less those other processes keep at least half
-    busy (at least 1). "auto" gives kernel calls, and Session runs give BLAS, this many."""
+def free_cpus() -> int:
+    """The CPUs worth a thread now.
+
+    ``"auto"`` gives kernel calls, and Session runs give BLAS, this many.
+
+    Returns
+    -------
+    int
+        The usable CPUs less those other processes keep at least half busy; at least 1.
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> 1 <= fqcore.free_cpus() <= fqcore.usable_cpus()
+    True
+    """
     return _kernels.free_cpus()
 
 
-def config():
-    """The build and run-time configuration as a dict."""
+def config() -> Dict[str, Any]:
+    """The build and run-time configuration as a dict (what :func:`fqcore.show_config` prints)."""
     return {
         "version": _kernels.VERSION,
         "compiled_isas": compiled_isas(),
@@ -98,9 +230,20 @@ def config():
     }
 
 
-def show_config():
-    """Prints version, compiled ISAs (and those not built, and why), available ISAs, the active ISA,
-    threads, numpy's BLAS, and the compiler and flags of the build."""
+def show_config() -> None:
+    """Prints the build and run-time configuration, one ``key: value`` line each.
+
+    The version, compiled ISAs (and those not built, and why), available ISAs, the active ISA,
+    threads, usable CPUs and other processes' load, numpy's BLAS and its threads, and the
+    compiler and flags of the build.
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> fqcore.show_config()  # doctest: +ELLIPSIS
+            version: ...
+      compiled_isas: scalar...
+    """
     for key, value in config().items():
         if isinstance(value, list):
             value = ", ".join(value)

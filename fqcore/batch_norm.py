@@ -1,19 +1,84 @@
 """Fused batch norm with TensorFlow's names and semantics (FusedBatchNormV3, FusedBatchNormGradV3):
 validation, dtypes, layouts and named-tuple results around the C kernels."""
+from __future__ import annotations
+
 import math
-from collections import namedtuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _kernels
 from .ops import _array, _attr_float, _flag, _kernel_form
 
-FusedBatchNormV3 = namedtuple(
-    "FusedBatchNormV3",
-    ["y", "batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2", "reserve_space_3"])
-FusedBatchNormGradV3 = namedtuple(
-    "FusedBatchNormGradV3",
-    ["x_backprop", "scale_backprop", "offset_backprop", "reserve_space_4", "reserve_space_5"])
+
+
+class FusedBatchNormV3(NamedTuple):
+    """The result of :func:`fused_batch_norm`, as TF names FusedBatchNormV3's outputs.
+
+    Attributes
+    ----------
+    y : numpy.ndarray or None
+        The normalized, scaled and offset input, of its shape and dtype (None with
+        ``normalize=False``).
+    batch_mean, batch_variance : numpy.ndarray
+        float32 per channel. Training: the running estimates, the batch's mean and
+        Bessel-corrected variance blended into `mean` and `variance` by
+        ``exponential_avg_factor``. Inference: copies of `mean` and `variance`.
+    reserve_space_1, reserve_space_2 : numpy.ndarray
+        float32 per channel, what :func:`fused_batch_norm_grad` takes. Training: the batch mean
+        and biased variance. Inference: copies of `mean` and `variance`.
+    reserve_space_3 : numpy.ndarray
+        An empty float32 scalar, as TF's CPU kernel gives.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([1, 0, 3, 4], np.float32).reshape(2, 1, 1, 2)   # NHWC, 2 channels
+    >>> ones, zeros = np.ones(2, np.float32), np.zeros(2, np.float32)
+    >>> fwd = fqcore.fused_batch_norm(x, ones, zeros)
+    >>> fwd.reserve_space_1, fwd.reserve_space_2
+    (array([2., 2.], dtype=float32), array([1., 4.], dtype=float32))
+    """
+
+    y: Optional[np.ndarray]
+    batch_mean: np.ndarray
+    batch_variance: np.ndarray
+    reserve_space_1: np.ndarray
+    reserve_space_2: np.ndarray
+    reserve_space_3: np.ndarray
+
+
+class FusedBatchNormGradV3(NamedTuple):
+    """The result of :func:`fused_batch_norm_grad`, as TF names FusedBatchNormGradV3's outputs.
+
+    Attributes
+    ----------
+    x_backprop : numpy.ndarray
+        The gradient with respect to `x`, of its shape and dtype.
+    scale_backprop, offset_backprop : numpy.ndarray
+        float32 per channel: the gradients with respect to `scale` and `offset`.
+    reserve_space_4, reserve_space_5 : numpy.ndarray
+        Empty float32 vectors, as TF's CPU kernel gives.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([1, 0, 3, 4], np.float32).reshape(2, 1, 1, 2)
+    >>> ones, zeros = np.ones(2, np.float32), np.zeros(2, np.float32)
+    >>> fwd = fqcore.fused_batch_norm(x, ones, zeros)
+    >>> grad = fqcore.fused_batch_norm_grad(np.ones_like(x), x, ones, fwd.reserve_space_1,
+    ...                                     fwd.reserve_space_2)
+    >>> grad.offset_backprop
+    array([2., 2.], dtype=float32)
+    """
+
+    x_backprop: np.ndarray
+    scale_backprop: np.ndarray
+    offset_backprop: np.ndarray
+    reserve_space_4: np.ndarray
+    reserve_space_5: np.ndarray
+
 
 # data_format -> (rank, channels last?)
 _FORMATS = {"NHWC": (4, True), "NCHW": (4, False), "NDHWC": (5, True), "NCDHW": (5, False)}
@@ -37,7 +102,7 @@ def _layout(data_format, x):
     return channels_last, x.shape[0], channels, math.prod(spatial)
 
 
-def _elements(value, name):
+def _elements(value: Any, name: str) -> Tuple[np.ndarray, int]:
     """An element array (x, y_backprop): float32, float16 or bfloat16, native byte order,
     C-contiguous (copied when not), with its dtype code."""
     if not isinstance(value, np.ndarray):
@@ -88,15 +153,74 @@ def _empty_vector():
     return np.empty(0, np.float32)
 
 
-def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=1e-4,
-                     exponential_avg_factor=1.0, data_format="NHWC", is_training=True,
-                     normalize=True):
-    """FusedBatchNormV3. Training normalizes with the batch statistics and returns them (batch_mean,
-    batch_variance: running estimates, Bessel-corrected and blended by exponential_avg_factor;
-    reserve_space_1/2: batch mean and biased variance, for the gradient). Inference normalizes with
-    `mean` and `variance`. x: float32, float16 or bfloat16; per-channel values float32.
-    normalize=False (training only) returns y as None and skips the pass that makes it: the
-    statistics alone, which is all a batch norm folded into its layer needs."""
+def fused_batch_norm(x: npt.ArrayLike, scale: npt.ArrayLike, offset: npt.ArrayLike,
+                     mean: Optional[npt.ArrayLike] = None, variance: Optional[npt.ArrayLike] = None,
+                     epsilon: float = 1e-4, exponential_avg_factor: float = 1.0,
+                     data_format: str = "NHWC", is_training: bool = True,
+                     normalize: bool = True) -> FusedBatchNormV3:
+    """FusedBatchNormV3: batch normalization, with the batch statistics (training) or given ones.
+
+    TF 2.21's CPU semantics. Statistics are float64 sums taken about each channel's first value,
+    in one fixed order, so every ISA and thread count gives the same bits; the per-channel
+    ``1/sqrt`` is correctly rounded. float16 and bfloat16 are computed in float32 and rounded
+    once.
+
+    Parameters
+    ----------
+    x : array_like
+        float32, float16 or bfloat16 (``ml_dtypes.bfloat16``), rank 4 or 5 as `data_format` says.
+    scale, offset : array_like
+        float32, one value per channel: the learned multiplier and shift.
+    mean, variance : array_like, optional
+        float32 per channel: the population statistics. Needed for inference, and in training
+        when ``exponential_avg_factor != 1`` (the running estimates to blend into).
+    epsilon : float, default 1e-4
+        Added to the variance before its square root.
+    exponential_avg_factor : float, default 1.0
+        Training: the weight of this batch in the returned running estimates (1: the batch's
+        alone).
+    data_format : {"NHWC", "NCHW", "NDHWC", "NCDHW"}, default "NHWC"
+        Where the channels are.
+    is_training : bool, default True
+        Normalize with the batch's statistics (True) or with `mean` and `variance` (False).
+    normalize : bool, default True
+        False (training only) skips the pass that makes `y` and returns it as None: the
+        statistics alone, which is all a batch norm folded into its layer needs.
+
+    Returns
+    -------
+    FusedBatchNormV3
+        ``(y, batch_mean, batch_variance, reserve_space_1, reserve_space_2, reserve_space_3)``.
+
+    Raises
+    ------
+    TypeError
+        `x` of another dtype, a per-channel value that is not float32, a flag that is not a bool.
+    ValueError
+        An unknown `data_format`, `x` of the wrong rank, a per-channel value of the wrong size, a
+        missing `mean` / `variance` where they are needed (TF's words), ``normalize=False`` with
+        ``is_training=False``.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([1, 0, 3, 4], np.float32).reshape(2, 1, 1, 2)   # NHWC, 2 channels
+    >>> ones, zeros = np.ones(2, np.float32), np.zeros(2, np.float32)
+    >>> fwd = fqcore.fused_batch_norm(x, ones, zeros, epsilon=1e-3)
+    >>> fwd.y.reshape(2, 2).round(3)
+    array([[-1., -1.],
+           [ 1.,  1.]], dtype=float32)
+    >>> fwd.batch_mean, fwd.batch_variance         # variance Bessel-corrected: 2 samples
+    (array([2., 2.], dtype=float32), array([2., 8.], dtype=float32))
+
+    Inference, with population statistics:
+
+    >>> mean, variance = np.array([2, 2], np.float32), np.array([4, 16], np.float32)
+    >>> y = fqcore.fused_batch_norm(x, ones, zeros, mean, variance, is_training=False).y
+    >>> y.reshape(2, 2).round(2)
+    array([[-0.5, -0.5],
+           [ 0.5,  0.5]], dtype=float32)
+    """
     x, code = _elements(x, "x")
     channels_last, outer, channels, inner = _layout(data_format, x)
     is_training = _flag(is_training, "is_training")
@@ -116,8 +240,8 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=1e-4,
     if not is_training:
         _kernels.bn_forward_inference(_bytes(x), code, channels_last, outer, channels, inner, scale,
                                       offset, mean, variance, epsilon, _bytes(y))
-        return FusedBatchNormV3(y, mean.copy(), variance.copy(), mean.copy(), variance.copy(),
-                                np.zeros((), np.float32))
+        return FusedBatchNormV3(y, np.copy(mean), np.copy(variance), np.copy(mean),
+                                np.copy(variance), np.zeros((), np.float32))
     stats = np.empty((4, channels), np.float32)
     _kernels.bn_forward_training(_bytes(x), code, channels_last, outer, channels, inner, scale,
                                  offset, epsilon, factor,
@@ -128,11 +252,63 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=1e-4,
     return FusedBatchNormV3(y, stats[0], stats[1], stats[2], stats[3], np.zeros((), np.float32))
 
 
-def fused_batch_norm_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2,
-                          reserve_space_3=None, epsilon=1e-4, data_format="NHWC", is_training=True):
-    """FusedBatchNormGradV3. Training: reserve_space_1/2 are the forward's batch mean and biased
-    variance; inference: the population mean and variance. reserve_space_3 is ignored. Every
-    data_format works in both modes."""
+def fused_batch_norm_grad(y_backprop: npt.ArrayLike, x: npt.ArrayLike, scale: npt.ArrayLike,
+                          reserve_space_1: npt.ArrayLike, reserve_space_2: npt.ArrayLike,
+                          reserve_space_3: Optional[npt.ArrayLike] = None, epsilon: float = 1e-4,
+                          data_format: str = "NHWC",
+                          is_training: bool = True) -> FusedBatchNormGradV3:
+    """FusedBatchNormGradV3: the gradients of :func:`fused_batch_norm` with respect to `x`,
+    `scale` and `offset`.
+
+    Every `data_format` works in both modes (TF's raw op refuses NCHW for inference).
+
+    Parameters
+    ----------
+    y_backprop : array_like
+        The gradient flowing back into `y`: the shape and dtype of `x`.
+    x : array_like
+        The forward's input: float32, float16 or bfloat16, rank 4 or 5.
+    scale : array_like
+        float32 per channel, the forward's `scale`.
+    reserve_space_1, reserve_space_2 : array_like
+        float32 per channel. Training: the forward's ``reserve_space_1`` and ``reserve_space_2``
+        (batch mean and biased variance). Inference: the population mean and variance.
+    reserve_space_3 : optional
+        Ignored, as TF's CPU kernel ignores it.
+    epsilon : float, default 1e-4
+        The forward's `epsilon`.
+    data_format : {"NHWC", "NCHW", "NDHWC", "NCDHW"}, default "NHWC"
+        Where the channels are.
+    is_training : bool, default True
+        Whether the forward normalized with batch statistics.
+
+    Returns
+    -------
+    FusedBatchNormGradV3
+        ``(x_backprop, scale_backprop, offset_backprop, reserve_space_4, reserve_space_5)``.
+
+    Raises
+    ------
+    TypeError
+        `x` or `y_backprop` of another dtype or of different dtypes, a per-channel value that is
+        not float32, a flag that is not a bool.
+    ValueError
+        `x` and `y_backprop` of different shapes (TF's words), an unknown `data_format`, the
+        wrong rank, a per-channel value of the wrong size.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([1, 0, 3, 4], np.float32).reshape(2, 1, 1, 2)
+    >>> ones, zeros = np.ones(2, np.float32), np.zeros(2, np.float32)
+    >>> fwd = fqcore.fused_batch_norm(x, ones, zeros)
+    >>> grad = fqcore.fused_batch_norm_grad(np.ones_like(x), x, ones, fwd.reserve_space_1,
+    ...                                     fwd.reserve_space_2)
+    >>> grad.x_backprop.ravel()        # a constant gradient is removed by the mean
+    array([0., 0., 0., 0.], dtype=float32)
+    >>> grad.offset_backprop           # the sum of y_backprop per channel
+    array([2., 2.], dtype=float32)
+    """
     del reserve_space_3  # TF's CPU kernel does not read it either
     y_backprop, code = _elements(y_backprop, "y_backprop")
     x, x_code = _elements(x, "x")

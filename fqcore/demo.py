@@ -4,6 +4,7 @@ experimental_create_eval_graph -> load the trained variables -> float vs 8-bit a
 export the integer model (.tflite, and .onnx with onnx installed) and measure it."""
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -251,6 +252,18 @@ def _print_ranges(graph, session):
             print(f"  {scope:<36} [{float(lo.min()):+8.4f}, {float(hi.max()):+8.4f}]{channels}")
 
 
+def _phase_lines(history):
+    """The phase changes the run reached, as (first epoch, line style, legend label)."""
+    lines = []
+    if history["quantized_from_epoch"] is not None:
+        lines.append((history["quantized_from_epoch"], "--",
+                      f"fake-quantized 8-bit from epoch {history['quantized_from_epoch']}"))
+    if history["bn_frozen_from_epoch"] is not None:
+        lines.append((history["bn_frozen_from_epoch"], ":",
+                      f"batch-norm statistics frozen from epoch {history['bn_frozen_from_epoch']}"))
+    return lines
+
+
 def plot_history(history, path):
     """Training curves as a PNG when matplotlib is installed; returns the path or None."""
     try:
@@ -260,42 +273,49 @@ def plot_history(history, path):
     except ImportError:
         return None
     epochs = np.arange(1, len(history["loss"]) + 1)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    left.plot(epochs, history["loss"], marker="o")
-    left.set(xlabel="epoch", ylabel="training loss")
+    # constrained layout sizes the axes around their labels and legends, so nothing is cut off.
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    left.plot(epochs, history["loss"], marker="o", label="training loss")
+    left.set(xlabel="epoch", ylabel="loss", title="training loss")
     right.plot(epochs, history["train_accuracy"], marker="o", label="train")
     right.plot(epochs, history["test_accuracy"], marker="o", label="test")
-    right.set(xlabel="epoch", ylabel="accuracy")
+    right.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
     for axis in (left, right):
-        axis.axvline(history["quant_delay_epochs"] + 0.5, color="gray", linestyle="--")
-        axis.axvline(history["freeze_bn_epochs"] + 0.5, color="gray", linestyle=":")
-    right.legend()
-    fig.suptitle("fqcore demo: float training, fake-quantized 8-bit from the dashed line, "
-                 "batch-norm statistics frozen from the dotted one")
-    fig.tight_layout()
+        for first_epoch, style, label in _phase_lines(history):
+            # Between the last epoch of the previous phase and the first of the new one.
+            axis.axvline(first_epoch - 0.5, color="gray", linestyle=style, label=label)
+        axis.set_xlim(0.5, len(epochs) + 0.5)
+        axis.xaxis.get_major_locator().set_params(integer=True)
+        axis.legend(fontsize="small")
     write_atomically(path, lambda f: fig.savefig(f, dpi=100, format="png"))
     plt.close(fig)
     return path
 
 
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+def _integer_at_least(lowest, expected):
+    """An argparse type: an int >= lowest. argparse prefixes the error with the option's name."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < lowest:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+    return parse
 
 
-def _non_negative(text):
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
-    return value
+_positive = _integer_at_least(1, "a positive integer")
+_non_negative = _integer_at_least(0, "a non-negative integer")
 
 
 def _positive_rate(text):
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
     return value
 
 
@@ -309,41 +329,132 @@ def _output_directory(parser, path):
         parser.error(f"--out {path!r}: the directory is not writable")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m fqcore demo", description=__doc__)
-    parser.add_argument("--epochs", type=_positive, default=12)
-    parser.add_argument("--batch", type=_positive, default=64)
-    parser.add_argument("--quant-delay-epochs", type=int, default=None,
+# Training has diverged when its last epoch's loss is not finite or no lower than that of a
+# uniform guess over the classes: the model knows nothing, and exporting it is useless.
+DIVERGED_LOSS = math.log(CLASSES)
+MIN_SHARE_OF_FLOAT = 0.95
+EXIT_OK, EXIT_QUANTIZATION_LOST_ACCURACY, EXIT_BAD_OPTION, EXIT_DIVERGED = 0, 1, 2, 3
+
+EXIT_STATUS = (
+    f"exit status: {EXIT_OK} when the fake-quantized 8-bit model keeps at least "
+    f"{MIN_SHARE_OF_FLOAT:.0%} of the float model's test accuracy; "
+    f"{EXIT_QUANTIZATION_LOST_ACCURACY} when it keeps less; {EXIT_BAD_OPTION} for a bad option; "
+    f"{EXIT_DIVERGED} when training diverged (the last epoch's loss is not finite or not below "
+    f"ln {CLASSES} = {DIVERGED_LOSS:.2f}, a uniform guess's): the training state, history and "
+    f"plot are saved, nothing is evaluated or exported; try a smaller --learning-rate.")
+
+
+def diverged(history):
+    """True when the last epoch's mean loss is not finite or not below DIVERGED_LOSS."""
+    last = history["loss"][-1]
+    return not math.isfinite(last) or last >= DIVERGED_LOSS
+
+
+def _epochs(count):
+    return f"{count} epoch{'' if count == 1 else 's'}"
+
+
+def describe_run(epochs, quant_delay_epochs, freeze_bn_epochs, weights):
+    """The header's account of the training: only the phases this run reaches, epochs numbered
+    from 1 as in the progress lines."""
+    if quant_delay_epochs == 0:
+        training = f"{_epochs(epochs)}, all fake-quantized 8-bit ({weights} weights)"
+    elif quant_delay_epochs >= epochs:
+        training = (f"{_epochs(epochs)}, all float (the 8-bit model, {weights} weights, is "
+                    f"evaluated with the ranges observed in training)")
+    else:
+        training = (f"{_epochs(epochs)}: float for {quant_delay_epochs}, then fake-quantized "
+                    f"8-bit ({weights} weights)")
+    frozen = _frozen_from(epochs, freeze_bn_epochs)
+    return training + ("; batch-norm statistics never frozen in this run" if frozen is None
+                       else f"; batch-norm statistics frozen from epoch {frozen}")
+
+
+def _frozen_from(epochs, freeze_bn_epochs):
+    """The 1-based epoch from which batch-norm statistics are frozen, None if after the run."""
+    return freeze_bn_epochs + 1 if freeze_bn_epochs < epochs else None
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m fqcore demo", description=__doc__,
+                                     epilog=EXIT_STATUS)
+    parser.add_argument("--epochs", type=_positive, default=12, metavar="N",
+                        help="epochs of training (default: %(default)s)")
+    parser.add_argument("--batch", type=_positive, default=64, metavar="N",
+                        help="images per training step (default: %(default)s)")
+    parser.add_argument("--quant-delay-epochs", type=_non_negative, default=None, metavar="N",
                         help="epochs of float training before fake quantization starts "
                              "(default: 4, or every epoch of a shorter run)")
-    parser.add_argument("--freeze-bn-epochs", type=int, default=9,
-                        help="epoch from which batch-norm statistics are frozen")
-    parser.add_argument("--learning-rate", type=_positive_rate, default=0.05)
-    parser.add_argument("--seed", type=_non_negative, default=0)
+    parser.add_argument("--freeze-bn-epochs", type=_non_negative, default=9, metavar="N",
+                        help="epochs before batch-norm statistics are frozen (default: "
+                             "%(default)s, frozen from epoch 10)")
+    parser.add_argument("--learning-rate", type=_positive_rate, default=0.05, metavar="RATE",
+                        help="momentum SGD's rate while training float; a fifth of it once fake "
+                             "quantization starts, a twenty-fifth once batch-norm statistics "
+                             "are frozen (default: %(default)s)")
+    parser.add_argument("--seed", type=_non_negative, default=0,
+                        help="seeds the initial weights and the batches (default: %(default)s)")
     parser.add_argument("--weights", choices=sorted(WEIGHT_OPTIONS), default="per-channel",
                         help="per-channel: symmetric ranges per output channel, an int8 model; "
-                             "contrib: contrib's per-tensor asymmetric ranges, a uint8 model")
-    parser.add_argument("--out", default="fqcore-demo", help="directory for the model and plots")
+                             "contrib: contrib's per-tensor asymmetric ranges, a uint8 model "
+                             "(default: %(default)s)")
+    parser.add_argument("--out", default="fqcore-demo", metavar="DIR",
+                        help="directory for the models, the history and the plot (default: "
+                             "%(default)s)")
+    return parser
+
+
+def _save_history(history, out):
+    """Writes history.json and the plot; returns [(path, what it holds)]."""
+    history_path = os.path.join(out, "history.json")
+    text = json.dumps(history, indent=1).encode("utf-8")
+    write_atomically(history_path, lambda f: f.write(text))
+    saved = [(history_path, "loss and accuracy per epoch")]
+    plot = plot_history(history, os.path.join(out, "training_curves.png"))
+    if plot:
+        saved.append((plot, "training curves"))
+    return saved
+
+
+def _print_saved(saved):
+    plotted = any(path.endswith(".png") for path, _ in saved)
+    print("saved: " + ", ".join(f"{path} ({what})" for path, what in saved)
+          + ("" if plotted else " (pip install matplotlib for training_curves.png)"))
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.quant_delay_epochs is None:
         args.quant_delay_epochs = min(4, args.epochs)
-    if not 0 <= args.quant_delay_epochs <= args.epochs:
+    if not args.quant_delay_epochs <= args.epochs:
         parser.error(f"--quant-delay-epochs must be in [0, {args.epochs}], got {args.quant_delay_epochs}")
-    if not 0 <= args.freeze_bn_epochs:
-        parser.error(f"--freeze-bn-epochs must be >= 0, got {args.freeze_bn_epochs}")
     _output_directory(parser, args.out)
     keep_freed_memory()
     data = load_digits()
     print(f"fqcore demo: quantization-aware training on {len(data.x_train)} 8x8 digits "
-          f"({len(data.x_test)} held out), {args.epochs} epochs: float for "
-          f"{args.quant_delay_epochs}, then fake-quantized 8-bit ({args.weights} weights); "
-          f"batch-norm statistics frozen from epoch {args.freeze_bn_epochs + 1}")
+          f"({len(data.x_test)} held out), "
+          + describe_run(args.epochs, args.quant_delay_epochs, args.freeze_bn_epochs,
+                         args.weights))
     start = time.perf_counter()
     g, session, history = train(data, args.epochs, args.batch, args.quant_delay_epochs,
                                 args.freeze_bn_epochs, args.learning_rate, args.seed, sys.stdout,
                                 args.weights)
     print(f"trained in {time.perf_counter() - start:.1f} s")
+    history.update(
+        epochs=args.epochs, diverged=diverged(history),
+        quantized_from_epoch=(args.quant_delay_epochs + 1
+                              if args.quant_delay_epochs < args.epochs else None),
+        bn_frozen_from_epoch=_frozen_from(args.epochs, args.freeze_bn_epochs))
     train_graph, train_variables = G.save(session, os.path.join(args.out, "training"))
+    saved = [(train_graph, "training graph"), (train_variables, "training state")]
+    if history["diverged"]:
+        print(f"training diverged: the last epoch's loss is {history['loss'][-1]:.4g}, not below "
+              f"ln {CLASSES} = {DIVERGED_LOSS:.2f} (a uniform guess); nothing evaluated or "
+              f"exported: try a smaller --learning-rate than {args.learning_rate:g}, or more "
+              f"--epochs")
+        _print_saved(saved + _save_history(history, args.out))
+        return EXIT_DIVERGED
     float_accuracy, _, _ = evaluate(train_variables, data, quantized=False)
     quant_accuracy, qg, qsession = evaluate(train_variables, data, quantized=True,
                                             weights=args.weights)
@@ -356,17 +467,15 @@ def main(argv=None):
     for what in skipped:
         print(f"  not written: {what}")
     _print_ranges(qg, qsession)
-    history.update(quant_delay_epochs=args.quant_delay_epochs,
-                   freeze_bn_epochs=args.freeze_bn_epochs, float_accuracy=float_accuracy,
-                   quantized_accuracy=quant_accuracy, integer_accuracy=integer_accuracy)
-    text = json.dumps(history, indent=1).encode("utf-8")
-    write_atomically(os.path.join(args.out, "history.json"), lambda f: f.write(text))
-    plot = plot_history(history, os.path.join(args.out, "training_curves.png"))
-    print(f"saved: {''.join(p + ', ' for p in exported)}{model_graph} + {model_variables} "
-          f"(fake-quantized eval graph, trained values), {train_graph} + {train_variables} "
-          f"(training state)"
-          + (f", {plot}" if plot else " (pip install matplotlib for training_curves.png)"))
-    return 0 if quant_accuracy >= 0.95 * float_accuracy else 1
+    history.update(float_accuracy=float_accuracy, quantized_accuracy=quant_accuracy,
+                   integer_accuracy=integer_accuracy)
+    saved = ([(path, "integer model") for path in exported]
+             + [(model_graph, "fake-quantized eval graph"), (model_variables, "trained values")]
+             + saved + _save_history(history, args.out))
+    _print_saved(saved)
+    if quant_accuracy < MIN_SHARE_OF_FLOAT * float_accuracy:
+        return EXIT_QUANTIZATION_LOST_ACCURACY
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -1,18 +1,78 @@
 """The numpy API with TensorFlow's op names: validation, dtypes, shapes, out= buffers, named tuples."""
+from __future__ import annotations
+
 import math
 import numbers
-from collections import namedtuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _kernels
 
-FakeQuantWithMinMaxVarsGradient = namedtuple(
-    "FakeQuantWithMinMaxVarsGradient",
-    ["backprops_wrt_input", "backprop_wrt_min", "backprop_wrt_max"])
-FakeQuantWithMinMaxVarsPerChannelGradient = namedtuple(
-    "FakeQuantWithMinMaxVarsPerChannelGradient",
-    ["backprops_wrt_input", "backprop_wrt_min", "backprop_wrt_max"])
+
+
+class FakeQuantWithMinMaxVarsGradient(NamedTuple):
+    """The result of :func:`fake_quant_with_min_max_vars_gradient`, as TF names its outputs.
+
+    Attributes
+    ----------
+    backprops_wrt_input : numpy.ndarray
+        float32, the shape of the inputs: the incoming gradients where the inputs lie in the
+        nudged range, 0 elsewhere.
+    backprop_wrt_min : numpy.float32
+        The sum of the incoming gradients where the inputs lie below the nudged range.
+    backprop_wrt_max : numpy.float32
+        The sum of the incoming gradients where the inputs lie above the nudged range.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([-3.0, 0.4, 300.0], np.float32)
+    >>> grad = fqcore.fake_quant_with_min_max_vars_gradient(np.ones(3, np.float32), x, 0.0, 255.0)
+    >>> grad.backprops_wrt_input
+    array([0., 1., 0.], dtype=float32)
+    >>> float(grad.backprop_wrt_min), float(grad.backprop_wrt_max)
+    (1.0, 1.0)
+    """
+
+    backprops_wrt_input: np.ndarray
+    backprop_wrt_min: np.float32
+    backprop_wrt_max: np.float32
+
+
+class FakeQuantWithMinMaxVarsPerChannelGradient(NamedTuple):
+    """The result of :func:`fake_quant_with_min_max_vars_per_channel_gradient`, as TF names its
+    outputs.
+
+    Attributes
+    ----------
+    backprops_wrt_input : numpy.ndarray
+        float32, the shape of the inputs: the incoming gradients where the inputs lie in their
+        channel's nudged range, 0 elsewhere.
+    backprop_wrt_min : numpy.ndarray
+        float32, one per channel: the sum of the channel's incoming gradients where its inputs lie
+        below its nudged range.
+    backprop_wrt_max : numpy.ndarray
+        float32, one per channel: the same above the range.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([[-1.0, 2.0], [9.0, 7.0]], np.float32)
+    >>> lo, hi = np.zeros(2, np.float32), np.array([3.0, 6.0], np.float32)
+    >>> grad = fqcore.fake_quant_with_min_max_vars_per_channel_gradient(np.ones_like(x), x, lo, hi)
+    >>> grad.backprops_wrt_input
+    array([[0., 1.],
+           [0., 0.]], dtype=float32)
+    >>> grad.backprop_wrt_min, grad.backprop_wrt_max
+    (array([1., 0.], dtype=float32), array([1., 1.], dtype=float32))
+    """
+
+    backprops_wrt_input: np.ndarray
+    backprop_wrt_min: np.ndarray
+    backprop_wrt_max: np.ndarray
+
 
 _FLOAT32 = np.dtype(np.float32)
 # A named tuple from a plain one without the generated __new__'s argument parsing (~0.1 us less).
@@ -20,7 +80,7 @@ _as_tuple = tuple.__new__
 _SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
 
 
-def _array(value, name):
+def _array(value: Any, name: str) -> np.ndarray:
     """`value` as a float32 ndarray; arrays of another dtype are refused rather than cast."""
     if type(value) is np.ndarray and value.dtype == _FLOAT32:
         return value
@@ -172,7 +232,7 @@ def _scalar(value, name):
     return _to_float32(value, f"`{name}`")
 
 
-def _gradient_inputs(gradients, inputs):
+def _gradient_inputs(gradients: Any, inputs: Any) -> Tuple[np.ndarray, np.ndarray]:
     """Both arrays of a gradient op, validated, of one shape."""
     gradients, inputs = _array(gradients, "gradients"), _array(inputs, "inputs")
     if gradients.shape != inputs.shape:
@@ -241,46 +301,328 @@ def _gradient(kernel, ranges, gradients, inputs, min, max, num_bits, narrow_rang
     return result
 
 
-def fake_quant_with_min_max_args(inputs, min=-6.0, max=6.0, num_bits=8, narrow_range=False, *,
-                                 out=None):
-    """FakeQuantWithMinMaxArgs: fake-quantize `inputs` to the grid of the fixed range [min, max]."""
+def fake_quant_with_min_max_args(inputs: npt.ArrayLike, min: float = -6.0, max: float = 6.0,
+                                 num_bits: int = 8, narrow_range: bool = False, *,
+                                 out: Optional[np.ndarray] = None) -> np.ndarray:
+    """FakeQuantWithMinMaxArgs: fake-quantize `inputs` to the grid of a fixed range [min, max].
+
+    The quantization step is an attribute of the op, so TF multiplies by its inverse; fqcore does
+    the same.
+
+    Parameters
+    ----------
+    inputs : array_like
+        float32, any shape and layout (non-contiguous views are copied first). Lists are
+        converted; arrays of another dtype are refused (TypeError), never cast.
+    min, max : float
+        The fixed range, default [-6, 6] (TF attributes, rounded to float32). It is nudged so that 0.0 is a grid
+        point, as TF does.
+    num_bits : int, default 8
+        Bits of the quantization grid, 2 to 16: ``2**num_bits`` levels.
+    narrow_range : bool, default False
+        Use ``2**num_bits - 1`` levels, leaving out the lowest (as symmetric int8 weights do).
+    out : numpy.ndarray, optional
+        A writeable, aligned, C-contiguous float32 array of the inputs' shape to hold the result
+        (it may be `inputs` itself); inputs are never modified otherwise.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, the shape of `inputs` (`out` when given): each element clamped to the nudged range
+        and rounded to the nearest grid point, halves upward, as TF computes it bit for bit.
+
+    Raises
+    ------
+    TypeError
+        An array that is not float32, `num_bits` not an int, `narrow_range` not a bool, `out` not a
+        float32 array.
+    ValueError
+        `num_bits` outside 2 to 16, an `out` of another shape or layout, or ``min >= max``, in TF's
+        words (``min has to be smaller than max, was: 1 >= 1``).
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([-3.0, 0.4, 0.5, 1.7, 300.0], np.float32)
+    >>> fqcore.fake_quant_with_min_max_args(x, min=0.0, max=255.0)
+    array([  0.,   0.,   1.,   2., 255.], dtype=float32)
+    >>> fqcore.fake_quant_with_min_max_args(x, min=0.0, max=3.0, num_bits=2)
+    array([0., 0., 1., 2., 3.], dtype=float32)
+    """
     return _forward(_kernels.args_forward, _args_range, inputs, min, max, num_bits, narrow_range,
                     out)
 
 
-def fake_quant_with_min_max_args_gradient(gradients, inputs, min=-6.0, max=6.0, num_bits=8,
-                                          narrow_range=False, *, out=None):
-    """FakeQuantWithMinMaxArgsGradient: `gradients` where inputs lie on the nudged range, else 0."""
+def fake_quant_with_min_max_args_gradient(gradients: npt.ArrayLike, inputs: npt.ArrayLike,
+                                          min: float = -6.0, max: float = 6.0, num_bits: int = 8,
+                                          narrow_range: bool = False, *,
+                                          out: Optional[np.ndarray] = None) -> np.ndarray:
+    """FakeQuantWithMinMaxArgsGradient: `gradients` where `inputs` lie in the nudged range, else 0.
+
+    The straight-through estimator of :func:`fake_quant_with_min_max_args`.
+
+    Parameters
+    ----------
+    gradients : array_like
+        float32, the shape of `inputs`: the gradients flowing back into the op's output.
+    inputs : array_like
+        float32, any shape and layout (non-contiguous views are copied first). Lists are
+        converted; arrays of another dtype are refused (TypeError), never cast.
+    min, max : float
+        The fixed range, default [-6, 6] (TF attributes, rounded to float32). It is nudged so that 0.0 is a grid
+        point, as TF does.
+    num_bits : int, default 8
+        Bits of the quantization grid, 2 to 16: ``2**num_bits`` levels.
+    narrow_range : bool, default False
+        Use ``2**num_bits - 1`` levels, leaving out the lowest (as symmetric int8 weights do).
+    out : numpy.ndarray, optional
+        A writeable, aligned, C-contiguous float32 array of the inputs' shape to hold the result
+        (it may be `inputs` itself); inputs are never modified otherwise.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, the shape of `inputs` (`out` when given).
+
+    Raises
+    ------
+    TypeError
+        An array that is not float32, `num_bits` not an int, `narrow_range` not a bool, `out` not a
+        float32 array.
+    ValueError
+        `num_bits` outside 2 to 16, an `out` of another shape or layout, `gradients` and `inputs`
+        of different shapes, or ``min >= max`` (TF's message).
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([-3.0, 0.4, 300.0], np.float32)
+    >>> fqcore.fake_quant_with_min_max_args_gradient(np.ones(3, np.float32), x, min=0.0, max=255.0)
+    array([0., 1., 0.], dtype=float32)
+    """
     return _gradient(_kernels.args_grad, _args_range, gradients, inputs, min, max, num_bits,
                      narrow_range, out)
 
 
-def fake_quant_with_min_max_vars(inputs, min, max, num_bits=8, narrow_range=False, *, out=None):
-    """FakeQuantWithMinMaxVars: fake-quantize `inputs` to the range held by scalars min and max."""
+def fake_quant_with_min_max_vars(inputs: npt.ArrayLike, min: npt.ArrayLike, max: npt.ArrayLike,
+                                 num_bits: int = 8, narrow_range: bool = False, *,
+                                 out: Optional[np.ndarray] = None) -> np.ndarray:
+    """FakeQuantWithMinMaxVars: fake-quantize `inputs` to the range held by scalars min and max.
+
+    The range is data (TF variables, which training updates), given as two scalars.
+
+    Parameters
+    ----------
+    inputs : array_like
+        float32, any shape and layout (non-contiguous views are copied first). Lists are
+        converted; arrays of another dtype are refused (TypeError), never cast.
+    min, max : float or 0-d float32 array
+        The range (TF variables). It is nudged so that 0.0 is a grid point, as TF does;
+        ``min > max`` and ``min == max`` follow TF (a NaN output for ``min == max``).
+    num_bits : int, default 8
+        Bits of the quantization grid, 2 to 16: ``2**num_bits`` levels.
+    narrow_range : bool, default False
+        Use ``2**num_bits - 1`` levels, leaving out the lowest (as symmetric int8 weights do).
+    out : numpy.ndarray, optional
+        A writeable, aligned, C-contiguous float32 array of the inputs' shape to hold the result
+        (it may be `inputs` itself); inputs are never modified otherwise.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, the shape of `inputs` (`out` when given): each element clamped to the nudged range
+        and rounded to the nearest grid point, halves upward, as TF computes it bit for bit.
+
+    Raises
+    ------
+    TypeError
+        An array that is not float32, `num_bits` not an int, `narrow_range` not a bool, `out` not a
+        float32 array.
+    ValueError
+        `num_bits` outside 2 to 16, an `out` of another shape or layout, or a `min` or `max` that
+        is not a scalar (TF's ``must be rank 0`` message).
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([-3.0, 0.4, 0.5, 1.7, 300.0], np.float32)
+    >>> fqcore.fake_quant_with_min_max_vars(x, 0.0, 255.0)
+    array([  0.,   0.,   1.,   2., 255.], dtype=float32)
+    >>> out = np.empty_like(x)
+    >>> fqcore.fake_quant_with_min_max_vars(x, 0.0, 3.0, num_bits=2, out=out) is out
+    True
+    >>> out
+    array([0., 0., 1., 2., 3.], dtype=float32)
+    """
     return _forward(_kernels.vars_forward, _vars_range, inputs, min, max, num_bits, narrow_range,
                     out)
 
 
-def fake_quant_with_min_max_vars_gradient(gradients, inputs, min, max, num_bits=8,
-                                          narrow_range=False, *, out=None):
-    """FakeQuantWithMinMaxVarsGradient, fused: (backprops_wrt_input, backprop_wrt_min,
-    backprop_wrt_max); the two sums are numpy float32 scalars, as TF's 0-d tensors give."""
+def fake_quant_with_min_max_vars_gradient(gradients: npt.ArrayLike, inputs: npt.ArrayLike,
+                                          min: npt.ArrayLike, max: npt.ArrayLike,
+                                          num_bits: int = 8, narrow_range: bool = False, *,
+                                          out: Optional[np.ndarray] = None
+                                          ) -> FakeQuantWithMinMaxVarsGradient:
+    """FakeQuantWithMinMaxVarsGradient, fused: the input gradient and both range gradients in one
+    pass.
+
+    The range gradients are sums in a fixed order: the same bits on every ISA and thread count.
+
+    Parameters
+    ----------
+    gradients : array_like
+        float32, the shape of `inputs`: the gradients flowing back into the op's output.
+    inputs : array_like
+        float32, any shape and layout (non-contiguous views are copied first). Lists are
+        converted; arrays of another dtype are refused (TypeError), never cast.
+    min, max : float or 0-d float32 array
+        The range (TF variables). It is nudged so that 0.0 is a grid point, as TF does;
+        ``min > max`` and ``min == max`` follow TF (a NaN output for ``min == max``).
+    num_bits : int, default 8
+        Bits of the quantization grid, 2 to 16: ``2**num_bits`` levels.
+    narrow_range : bool, default False
+        Use ``2**num_bits - 1`` levels, leaving out the lowest (as symmetric int8 weights do).
+    out : numpy.ndarray, optional
+        A writeable, aligned, C-contiguous float32 array of the inputs' shape to hold
+        `backprops_wrt_input` (it may be `inputs` itself); inputs are never modified otherwise.
+
+    Returns
+    -------
+    FakeQuantWithMinMaxVarsGradient
+        ``(backprops_wrt_input, backprop_wrt_min, backprop_wrt_max)``; the two sums are numpy
+        float32 scalars, as TF's 0-d tensors give.
+
+    Raises
+    ------
+    TypeError
+        An array that is not float32, `num_bits` not an int, `narrow_range` not a bool, `out` not a
+        float32 array.
+    ValueError
+        `num_bits` outside 2 to 16, an `out` of another shape or layout, `gradients` and `inputs`
+        of different shapes, or a `min` or `max` that is not a scalar.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([-3.0, 0.4, 256.0, 300.0], np.float32)
+    >>> dx, dmin, dmax = fqcore.fake_quant_with_min_max_vars_gradient(
+    ...     np.ones(4, np.float32), x, 0.0, 255.0)
+    >>> dx
+    array([0., 1., 0., 0.], dtype=float32)
+    >>> float(dmin), float(dmax)
+    (1.0, 2.0)
+    """
     return _as_tuple(FakeQuantWithMinMaxVarsGradient,
                      _gradient(_kernels.vars_grad, _vars_range, gradients, inputs, min, max,
                                num_bits, narrow_range, out))
 
 
-def fake_quant_with_min_max_vars_per_channel(inputs, min, max, num_bits=8, narrow_range=False, *,
-                                             out=None):
-    """FakeQuantWithMinMaxVarsPerChannel: one range per channel of the last dimension."""
+def fake_quant_with_min_max_vars_per_channel(inputs: npt.ArrayLike, min: npt.ArrayLike,
+                                             max: npt.ArrayLike, num_bits: int = 8,
+                                             narrow_range: bool = False, *,
+                                             out: Optional[np.ndarray] = None) -> np.ndarray:
+    """FakeQuantWithMinMaxVarsPerChannel: one range per channel of the last dimension.
+
+    For a convolution kernel ``[height, width, in, out]`` the channels are the output channels.
+
+    Parameters
+    ----------
+    inputs : array_like
+        float32, at least rank 1 (the last dimension holds the channels), any shape and layout
+        (non-contiguous views are copied first). Lists are converted; arrays of another dtype are
+        refused (TypeError), never cast.
+    min, max : array_like
+        float32, one value per channel of the last dimension of `inputs`: each channel's range,
+        nudged as for :func:`fake_quant_with_min_max_vars`.
+    num_bits : int, default 8
+        Bits of the quantization grid, 2 to 16: ``2**num_bits`` levels.
+    narrow_range : bool, default False
+        Use ``2**num_bits - 1`` levels, leaving out the lowest (as symmetric int8 weights do).
+    out : numpy.ndarray, optional
+        A writeable, aligned, C-contiguous float32 array of the inputs' shape to hold the result
+        (it may be `inputs` itself); inputs are never modified otherwise.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, the shape of `inputs` (`out` when given): each element clamped to its channel's
+        nudged range and rounded to the nearest grid point, halves upward, as TF computes it bit
+        for bit.
+
+    Raises
+    ------
+    TypeError
+        An array that is not float32, `num_bits` not an int, `narrow_range` not a bool, `out` not a
+        float32 array.
+    ValueError
+        `num_bits` outside 2 to 16, an `out` of another shape or layout, `inputs` of rank 0, or
+        `min` / `max` not of rank 1 with one value per channel (TF's messages).
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([[1.4, 3.1], [2.6, 9.0]], np.float32)
+    >>> lo, hi = np.zeros(2, np.float32), np.array([3.0, 6.0], np.float32)
+    >>> fqcore.fake_quant_with_min_max_vars_per_channel(x, lo, hi, num_bits=2)
+    array([[1., 4.],
+           [3., 6.]], dtype=float32)
+    """
     return _forward(_kernels.channel_forward, _channel_ranges, inputs, min, max, num_bits,
                     narrow_range, out)
 
 
-def fake_quant_with_min_max_vars_per_channel_gradient(gradients, inputs, min, max, num_bits=8,
-                                                      narrow_range=False, *, out=None):
-    """FakeQuantWithMinMaxVarsPerChannelGradient, fused, one pass over contiguous memory:
-    (backprops_wrt_input, backprop_wrt_min[d], backprop_wrt_max[d])."""
+def fake_quant_with_min_max_vars_per_channel_gradient(
+        gradients: npt.ArrayLike, inputs: npt.ArrayLike, min: npt.ArrayLike, max: npt.ArrayLike,
+        num_bits: int = 8, narrow_range: bool = False, *, out: Optional[np.ndarray] = None
+) -> FakeQuantWithMinMaxVarsPerChannelGradient:
+    """FakeQuantWithMinMaxVarsPerChannelGradient, fused: the input gradient and each channel's
+    range gradients in one pass over contiguous memory.
+
+    The per-channel sums are taken in a fixed order: the same bits on every ISA and thread count.
+
+    Parameters
+    ----------
+    gradients : array_like
+        float32, the shape of `inputs`: the gradients flowing back into the op's output.
+    inputs : array_like
+        float32, at least rank 1 (the last dimension holds the channels), any shape and layout
+        (non-contiguous views are copied first). Lists are converted; arrays of another dtype are
+        refused (TypeError), never cast.
+    min, max : array_like
+        float32, one value per channel of the last dimension of `inputs`: each channel's range,
+        nudged as for :func:`fake_quant_with_min_max_vars`.
+    num_bits : int, default 8
+        Bits of the quantization grid, 2 to 16: ``2**num_bits`` levels.
+    narrow_range : bool, default False
+        Use ``2**num_bits - 1`` levels, leaving out the lowest (as symmetric int8 weights do).
+    out : numpy.ndarray, optional
+        A writeable, aligned, C-contiguous float32 array of the inputs' shape to hold
+        `backprops_wrt_input` (it may be `inputs` itself); inputs are never modified otherwise.
+
+    Returns
+    -------
+    FakeQuantWithMinMaxVarsPerChannelGradient
+        ``(backprops_wrt_input, backprop_wrt_min, backprop_wrt_max)``, the last two float32
+        arrays of one value per channel.
+
+    Raises
+    ------
+    TypeError
+        An array that is not float32, `num_bits` not an int, `narrow_range` not a bool, `out` not a
+        float32 array.
+    ValueError
+        `num_bits` outside 2 to 16, an `out` of another shape or layout, `gradients` and `inputs`
+        of different shapes, `inputs` of rank 0, or `min` / `max` not one value per channel.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([[-1.0, 2.0], [9.0, 7.0]], np.float32)
+    >>> lo, hi = np.zeros(2, np.float32), np.array([3.0, 6.0], np.float32)
+    >>> res = fqcore.fake_quant_with_min_max_vars_per_channel_gradient(np.ones_like(x), x, lo, hi)
+    >>> res.backprop_wrt_min, res.backprop_wrt_max
+    (array([1., 0.], dtype=float32), array([1., 1.], dtype=float32))
+    """
     return _as_tuple(FakeQuantWithMinMaxVarsPerChannelGradient,
                      _gradient(_kernels.channel_grad, _channel_ranges, gradients, inputs, min, max,
                                num_bits, narrow_range, out))

@@ -8,13 +8,17 @@ State (the quantization range) lives in float32 numpy arrays held in the ``weigh
 ``build`` returns; a training call updates them in place. A training call is two passes over the
 input: the fused batch min/max (``fqcore.observe.batch_range``) and one fake-quant pass.
 """
+from __future__ import annotations
+
 import abc
 import inspect
 import math
 import numbers
 from collections.abc import Mapping
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _kernels, ops
 from .observe import batch_range
@@ -175,7 +179,27 @@ class Quantizer(abc.ABC):
 
     Subclasses set their arguments in ``__init__`` (validating them) and return them from
     ``get_config``; equality, ``repr`` and ``from_config`` are derived from the config. A subclass that
-    supports the backward pass overrides ``gradient``.
+    supports the backward pass overrides ``gradient``. Register a subclass with
+    :func:`fqcore.register_quantizer` so that :func:`fqcore.deserialize` finds it.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> class Clip(fqcore.Quantizer):
+    ...     def __init__(self, limit):
+    ...         self.limit = float(limit)
+    ...     def build(self, tensor_shape, name, layer):
+    ...         return {}
+    ...     def __call__(self, inputs, training, weights, **kwargs):
+    ...         return np.clip(inputs, -self.limit, self.limit)
+    ...     def get_config(self):
+    ...         return {"limit": self.limit}
+    >>> Clip(2)
+    Clip(limit=2.0)
+    >>> Clip.from_config({"limit": 2}) == Clip(2.0)
+    True
+    >>> Clip(2)(np.array([-5.0, 1.0, 5.0], np.float32), True, {})
+    array([-2.,  1.,  2.], dtype=float32)
     """
 
     @abc.abstractmethod
@@ -264,11 +288,31 @@ class _RangeQuantizer(Quantizer):
         return {"num_bits": self._num_bits, "per_axis": self._per_axis, "symmetric": self._symmetric,
                 "narrow_range": self._narrow_range}
 
-    def build(self, tensor_shape, name, layer):
-        """``{'min_var', 'max_var'}``: float32 state named ``<name>_min`` and ``<name>_max``, of shape
-        () or, per axis, (tensor_shape[-1],) (() too when that is unknown)."""
+    def build(self, tensor_shape: Any, name: str, layer: Any) -> Dict[str, np.ndarray]:
+        """Creates the range state for a tensor of `tensor_shape`.
+
+        Parameters
+        ----------
+        tensor_shape : tuple of int or None, or an object with ``as_list()``
+            The quantized tensor's shape (None entries for unknown sizes).
+        name : str
+            Prefix of the state's names: ``<name>_min`` and ``<name>_max``.
+        layer : object or None
+            A Keras-style layer whose ``add_weight`` creates the state, or None for numpy arrays.
+
+        Returns
+        -------
+        dict
+            ``{'min_var': ..., 'max_var': ...}``: float32 arrays of shape () or, per axis,
+            ``(tensor_shape[-1],)`` (() too when that is unknown), to pass to ``__call__``.
+
+        Raises
+        ------
+        ValueError
+            A per-axis quantizer for a tensor of rank 0, or a malformed shape or name.
+        """
         shape, name = _tensor_shape(tensor_shape), _name(name)
-        state_shape = ()
+        state_shape: Tuple[int, ...] = ()
         if self._channels and shape is not None:
             if not shape:
                 raise ValueError(f"per_axis quantization needs a tensor of rank 1 or higher "
@@ -324,12 +368,37 @@ class _RangeQuantizer(Quantizer):
             scaled = _ftz_array(scaled)
         return np.where(mirrored < bmin, mirrored, bmin), np.where(scaled > bmax, scaled, bmax)
 
-    def __call__(self, inputs, training, weights, out=None, **kwargs):
-        """Fake-quantized `inputs`. Training: observe the batch range, update the state in place, then
-        quantize with the updated state (an empty batch leaves the state unchanged); inference:
-        quantize with the state as it is. ``out`` is an
-        optional float32 result buffer of the inputs' shape (it may be `inputs` itself); other keyword
-        arguments are accepted, as tfmot's interface passes them, and ignored."""
+    def __call__(self, inputs: npt.ArrayLike, training: bool, weights: Mapping,
+                 out: Optional[np.ndarray] = None, **kwargs: Any) -> np.ndarray:
+        """Fake-quantizes `inputs`; a training call first updates the range state in place.
+
+        Parameters
+        ----------
+        inputs : array_like
+            float32, any shape (per axis: the last axis holds the channels).
+        training : bool
+            True: observe the batch's range, update the state in `weights`, then quantize with the
+            updated state (an empty batch leaves the state unchanged). False: quantize with the
+            state as it is.
+        weights : dict
+            The dict :meth:`build` returned.
+        out : numpy.ndarray, optional
+            A float32 result buffer of the inputs' shape (it may be `inputs` itself).
+        **kwargs
+            Accepted, as tfmot's interface passes them, and ignored.
+
+        Returns
+        -------
+        numpy.ndarray
+            float32, the shape of `inputs`.
+
+        Raises
+        ------
+        TypeError
+            `inputs` or a state array that is not float32, `training` not a bool.
+        ValueError
+            A state of the wrong shape, a read-only state in a training call.
+        """
         inputs = ops._array(inputs, "inputs")
         training = _training(training)
         lo, hi = self._state(weights, inputs, training)
@@ -342,10 +411,36 @@ class _RangeQuantizer(Quantizer):
                 inputs, lo, hi, self._num_bits, self._narrow_range, out=out)
         return ops.fake_quant_with_min_max_vars(inputs, lo, hi, self._num_bits, self._narrow_range, out=out)
 
-    def gradient(self, gradients, inputs, weights, out=None, **kwargs):
-        """The fake-quant gradient op's named tuple (backprops_wrt_input, backprop_wrt_min,
-        backprop_wrt_max) at the state in `weights`: after a training call, the state that call
-        quantized with. Per channel when per_axis."""
+    def gradient(self, gradients: npt.ArrayLike, inputs: npt.ArrayLike, weights: Mapping,
+                 out: Optional[np.ndarray] = None, **kwargs: Any) -> Any:
+        """The backward pass of ``__call__`` at the state in `weights` (an fqcore addition).
+
+        After a training call, the state in `weights` is the one that call quantized with.
+
+        Parameters
+        ----------
+        gradients : array_like
+            float32, the shape of `inputs`: the gradients flowing back into the output.
+        inputs : array_like
+            float32, the inputs of the forward call.
+        weights : dict
+            The dict :meth:`build` returned.
+        out : numpy.ndarray, optional
+            A float32 buffer for ``backprops_wrt_input``.
+        **kwargs
+            Accepted and ignored.
+
+        Returns
+        -------
+        FakeQuantWithMinMaxVarsGradient or FakeQuantWithMinMaxVarsPerChannelGradient
+            ``(backprops_wrt_input, backprop_wrt_min, backprop_wrt_max)``, per channel when
+            per_axis.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As for ``__call__``, and `gradients` and `inputs` of different shapes.
+        """
         gradients, inputs = ops._gradient_inputs(gradients, inputs)
         lo, hi = self._state(weights, inputs, False)
         if self._channels:
@@ -362,11 +457,44 @@ class _RangeQuantizer(Quantizer):
 class LastValueQuantizer(_RangeQuantizer):
     """tfmot's LastValueQuantizer: the range of the last training batch.
 
-    per_axis: one range per channel of the last axis. tfmot handles ranks 1 (element-wise), 2 and 4;
-    fqcore reduces every leading axis for any rank >= 2.
+    The state starts at [-6, 6]; each training call replaces it with the batch's range (widened to
+    contain zero, or made symmetric).
+
+    Parameters
+    ----------
+    num_bits : int
+        Bits of the quantization grid, 2 to 16.
+    per_axis : bool
+        One range per channel of the last axis (e.g. a kernel's output channels): tfmot
+        handles ranks 1 (element-wise), 2 and 4; fqcore reduces every leading axis for any
+        rank >= 2.
+    symmetric : bool
+        Ranges symmetric about zero.
+    narrow_range : bool
+        A grid of ``2**num_bits - 1`` levels, leaving out the lowest.
+
+    Raises
+    ------
+    TypeError
+        `num_bits` not an int, a flag not a bool.
+    ValueError
+        `num_bits` outside 2 to 16.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> q = fqcore.LastValueQuantizer(num_bits=8, per_axis=False, symmetric=False,
+    ...                               narrow_range=False)
+    >>> state = q.build((4,), "kernel", None)
+    >>> q(np.array([0.0, 1.4, 100.0, 255.0], np.float32), True, state)   # training
+    array([  0.,   1., 100., 255.], dtype=float32)
+    >>> float(state["min_var"]), float(state["max_var"])
+    (0.0, 255.0)
+    >>> q(np.array([300.0, -2.0], np.float32), False, state)             # inference
+    array([255.,   0.], dtype=float32)
     """
 
-    def __init__(self, num_bits, per_axis, symmetric, narrow_range):
+    def __init__(self, num_bits: int, per_axis: bool, symmetric: bool, narrow_range: bool):
         super().__init__(num_bits, per_axis, symmetric, narrow_range)
 
     def _update(self, lo, hi, inputs):
@@ -379,12 +507,42 @@ class MovingAverageQuantizer(_RangeQuantizer):
     """tfmot's MovingAverageQuantizer: an exponential moving average of the batch ranges, starting
     from [-6, 6] with no zero-debiasing: v = v - (v - range) * (1 - ema_decay) in float32.
 
-    per_axis: tfmot's build ignores it (its per_axis=True then fails); fqcore keeps one moving
-    average per channel of the last axis (an extension). ``ema_decay`` (fqcore; tfmot fixes 0.999)
-    appears in the config only when it is not 0.999, so tfmot configs round-trip unchanged.
+    Parameters
+    ----------
+    num_bits : int
+        Bits of the quantization grid, 2 to 16.
+    per_axis : bool
+        One range per channel of the last axis (e.g. a kernel's output channels): tfmot's
+        build ignores it (its per_axis=True then fails); fqcore keeps one moving average per
+        channel (an extension).
+    symmetric : bool
+        Ranges symmetric about zero.
+    narrow_range : bool
+        A grid of ``2**num_bits - 1`` levels, leaving out the lowest.
+    ema_decay : float, default 0.999
+        The moving average's decay, 0 to 1 (an fqcore argument; tfmot fixes 0.999). It appears in
+        the config only when it is not 0.999, so tfmot configs round-trip unchanged.
+
+    Raises
+    ------
+    TypeError
+        `num_bits` not an int, a flag not a bool, `ema_decay` not a real number.
+    ValueError
+        `num_bits` outside 2 to 16, `ema_decay` outside 0 to 1.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> q = fqcore.MovingAverageQuantizer(8, per_axis=False, symmetric=False, narrow_range=False,
+    ...                                   ema_decay=0.5)
+    >>> state = q.build((3,), "act", None)          # [-6, 6]
+    >>> _ = q(np.array([0.0, 5.0, 10.0], np.float32), True, state)
+    >>> float(state["min_var"]), float(state["max_var"])   # halfway to [0, 10]
+    (-3.0, 8.0)
     """
 
-    def __init__(self, num_bits, per_axis, symmetric, narrow_range, ema_decay=_EMA_DECAY):
+    def __init__(self, num_bits: int, per_axis: bool, symmetric: bool, narrow_range: bool,
+                 ema_decay: float = _EMA_DECAY):
         super().__init__(num_bits, per_axis, symmetric, narrow_range)
         if isinstance(ema_decay, bool) or not isinstance(ema_decay, numbers.Real):
             raise TypeError(f"ema_decay must be a float, got {ema_decay!r}")
@@ -428,14 +586,44 @@ def _update_moving_average(state, target, rate):
 
 
 class AllValuesQuantizer(_RangeQuantizer):
-    """tfmot's AllValuesQuantizer: the range of every training batch so far, starting from [0, 0]
-    (inference before any training step gives zeros). Always one range for the tensor: tfmot
-    ignores per_axis, and so does fqcore (the config still reports it)."""
+    """tfmot's AllValuesQuantizer: the range of every training batch so far.
+
+    The state starts at [0, 0] (inference before any training step gives zeros). Always one range
+    for the tensor: tfmot ignores per_axis, and so does fqcore (the config still reports it).
+
+    Parameters
+    ----------
+    num_bits : int
+        Bits of the quantization grid, 2 to 16.
+    per_axis : bool
+        Ignored, as tfmot ignores it (one range for the tensor).
+    symmetric : bool
+        Ranges symmetric about zero.
+    narrow_range : bool
+        A grid of ``2**num_bits - 1`` levels, leaving out the lowest.
+
+    Raises
+    ------
+    TypeError
+        `num_bits` not an int, a flag not a bool.
+    ValueError
+        `num_bits` outside 2 to 16.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> q = fqcore.AllValuesQuantizer(8, per_axis=False, symmetric=False, narrow_range=False)
+    >>> state = q.build((2,), "act", None)
+    >>> _ = q(np.array([-1.0, 2.0], np.float32), True, state)
+    >>> _ = q(np.array([0.0, 5.0], np.float32), True, state)
+    >>> float(state["min_var"]), float(state["max_var"])
+    (-1.0, 5.0)
+    """
 
     _per_axis_state = False
     _initial_range = (0.0, 0.0)
 
-    def __init__(self, num_bits, per_axis, symmetric, narrow_range):
+    def __init__(self, num_bits: int, per_axis: bool, symmetric: bool, narrow_range: bool):
         super().__init__(num_bits, per_axis, symmetric, narrow_range)
 
     def _update(self, lo, hi, inputs):
@@ -472,11 +660,36 @@ class FixedQuantizer(Quantizer):
 
     Like tfmot 0.8.1, the quantization always uses 8 bits: tfmot's FixedQuantize passes no num_bits
     to the op, whose default is 8. num_bits is validated and kept in the config only.
+
+    Parameters
+    ----------
+    num_bits : int
+        2 to 16; kept in the config (the op uses 8 bits, as tfmot's does).
+    init_min, init_max : float
+        The range; finite as float32, ``init_min < init_max``. An int stays an int in the config.
+    narrow_range : bool
+        A grid of 255 levels, [1, 255], instead of 256.
+
+    Raises
+    ------
+    TypeError
+        `num_bits` not an int, a bound not a real number, `narrow_range` not a bool.
+    ValueError
+        `num_bits` outside 2 to 16, a bound not finite as float32, ``init_min >= init_max``.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> q = fqcore.FixedQuantizer(8, init_min=0.0, init_max=255.0, narrow_range=False)
+    >>> q(np.array([-3.0, 0.4, 0.5, 300.0], np.float32), True, q.build((4,), "x", None))
+    array([  0.,   0.,   1., 255.], dtype=float32)
+    >>> q
+    FixedQuantizer(num_bits=8, init_min=0.0, init_max=255.0, narrow_range=False)
     """
 
     _OP_NUM_BITS = 8
 
-    def __init__(self, num_bits, init_min, init_max, narrow_range):
+    def __init__(self, num_bits: int, init_min: float, init_max: float, narrow_range: bool):
         self._num_bits = ops._num_bits(num_bits)
         self._init_min = _bound(init_min, "init_min")
         self._init_max = _bound(init_max, "init_max")
@@ -516,7 +729,18 @@ class FixedQuantizer(Quantizer):
 
 
 class NoQuantizer(Quantizer):
-    """tfmot's NoQuantizer: the identity, no state."""
+    """tfmot's NoQuantizer: the identity, no state. It takes no arguments.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> x = np.array([0.3, -7.0], np.float32)
+    >>> q = fqcore.NoQuantizer()
+    >>> q(x, True, q.build((2,), "x", None)) is x
+    True
+    >>> fqcore.serialize(q)
+    {'class_name': 'NoQuantizer', 'config': {}}
+    """
 
     def __init__(self):
         pass

@@ -9,6 +9,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
+from typing import Any, Dict, Optional, Tuple, Type, Union
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from .safe_names import path_problem
 __all__ = ["register_quantizer", "registered_quantizers", "serialize", "deserialize", "to_json",
            "from_json", "save_quantizer", "load_quantizer"]
 
-_REGISTRY = {}
+_REGISTRY: Dict[str, Type[Quantizer]] = {}
 _DICT_KEYS = ("class_name", "config")
 _OPTIONAL_DICT_KEYS = ("module", "registered_name")
 FILE_FORMAT = "fqcore-quantizer"
@@ -31,10 +32,50 @@ FILE_VERSION = 1
 MAX_JSON_DEPTH = 64
 
 
-def register_quantizer(cls=None, *, name=None, override=False):
-    """Adds a Quantizer subclass to the registry under `name` (default: the class name), so that
-    ``deserialize`` finds it. Use as ``@register_quantizer`` or ``@register_quantizer(name=...)``.
-    A name already taken by another class raises ValueError unless ``override=True``."""
+def register_quantizer(cls: Optional[type] = None, *, name: Optional[str] = None,
+                       override: bool = False) -> Any:
+    """Adds a Quantizer subclass to the registry, so that :func:`deserialize` finds it.
+
+    Use as ``@register_quantizer`` or ``@register_quantizer(name=...)``.
+
+    Parameters
+    ----------
+    cls : type, optional
+        The Quantizer subclass; omitted when used as ``@register_quantizer(name=...)``.
+    name : str, optional
+        The registered name (default: the class name), which configs carry as ``class_name``.
+    override : bool, default False
+        Replace a class already registered under `name`.
+
+    Returns
+    -------
+    type or callable
+        `cls` itself (so the decorator leaves the class as it is), or, without `cls`, the
+        decorator.
+
+    Raises
+    ------
+    TypeError
+        `cls` not a Quantizer subclass, `name` not a non-empty str.
+    ValueError
+        `name` already taken by another class and ``override=False``.
+
+    Examples
+    --------
+    >>> import numpy as np, fqcore
+    >>> @fqcore.register_quantizer(name="example.Halve")
+    ... class Halve(fqcore.Quantizer):
+    ...     def build(self, tensor_shape, name, layer):
+    ...         return {}
+    ...     def __call__(self, inputs, training, weights, **kwargs):
+    ...         return np.float32(0.5) * inputs
+    ...     def get_config(self):
+    ...         return {}
+    >>> fqcore.serialize(Halve())
+    {'class_name': 'example.Halve', 'config': {}}
+    >>> fqcore.deserialize({'class_name': 'example.Halve', 'config': {}}) == Halve()
+    True
+    """
     if name is not None and not (isinstance(name, str) and name):
         raise TypeError(f"name must be a non-empty str, got {name!r}")
 
@@ -68,17 +109,68 @@ def _registered_name(cls):
                      f"fqcore.register_quantizer so that it can be deserialized")
 
 
-def serialize(quantizer):
-    """``{'class_name': <registered name>, 'config': quantizer.get_config()}`` (Keras-2 format)."""
+def serialize(quantizer: Quantizer) -> Dict[str, Any]:
+    """The quantizer as the Keras-2 dict tfmot's serialize_keras_object writes.
+
+    Parameters
+    ----------
+    quantizer : Quantizer
+        A quantizer whose class is registered (fqcore's are).
+
+    Returns
+    -------
+    dict
+        ``{'class_name': <registered name>, 'config': quantizer.get_config()}``.
+
+    Raises
+    ------
+    TypeError
+        `quantizer` is not a Quantizer.
+    ValueError
+        Its class is not registered (see :func:`register_quantizer`).
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> fqcore.serialize(fqcore.LastValueQuantizer(8, True, True, True))
+    {'class_name': 'LastValueQuantizer', 'config': {'num_bits': 8, 'per_axis': True, 'symmetric': True, 'narrow_range': True}}
+    """
     if not isinstance(quantizer, Quantizer):
         raise TypeError(f"serialize takes a Quantizer, got {type(quantizer).__name__}")
     return {"class_name": _registered_name(type(quantizer)), "config": quantizer.get_config()}
 
 
-def deserialize(config):
-    """The quantizer a serialized dict describes: ``{'class_name', 'config'}``, optionally with
-    tf_keras's ``module`` and ``registered_name`` (a registered_name in the registry wins over the
-    class name). An unknown class raises ValueError listing the registered names."""
+def deserialize(config: Mapping) -> Quantizer:
+    """The quantizer a serialized dict describes (fqcore's, tfmot's or tf_keras's dicts).
+
+    Parameters
+    ----------
+    config : dict
+        ``{'class_name': ..., 'config': {...}}``, optionally with tf_keras's ``module`` and
+        ``registered_name`` (a registered_name in the registry wins over the class name).
+
+    Returns
+    -------
+    Quantizer
+        A new quantizer of the registered class, built with ``from_config``.
+
+    Raises
+    ------
+    TypeError
+        `config` not a dict, a name that is not a str, or a config with an unknown or missing key
+        for the class.
+    ValueError
+        A missing or unknown top-level key, or an unknown class (the message lists the
+        registered names).
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> fqcore.deserialize({"class_name": "MovingAverageQuantizer",
+    ...                     "config": {"num_bits": 8, "per_axis": False, "symmetric": False,
+    ...                                "narrow_range": False}})
+    MovingAverageQuantizer(num_bits=8, per_axis=False, symmetric=False, narrow_range=False)
+    """
     if not isinstance(config, Mapping):
         raise TypeError(f"deserialize takes a dict with 'class_name' and 'config', got {type(config).__name__}")
     missing = [key for key in _DICT_KEYS if key not in config]
@@ -103,16 +195,69 @@ def deserialize(config):
     return cls.from_config(config["config"])
 
 
-def to_json(quantizer, **kwargs):
-    """``serialize(quantizer)`` as JSON text; keyword arguments go to json.dumps, except allow_nan:
-    the text is always strict JSON (a config holds no NaN or infinity)."""
+def to_json(quantizer: Quantizer, **kwargs: Any) -> str:
+    """``serialize(quantizer)`` as strict JSON text.
+
+    Parameters
+    ----------
+    quantizer : Quantizer
+        A quantizer of a registered class.
+    **kwargs
+        Passed to :func:`json.dumps` (``indent``, ``sort_keys``, ...), except ``allow_nan``: the
+        text is always strict JSON (a config holds no NaN or infinity).
+
+    Returns
+    -------
+    str
+        The JSON text :func:`from_json` reads back.
+
+    Raises
+    ------
+    TypeError
+        `quantizer` is not a Quantizer, or ``allow_nan`` was passed.
+    ValueError
+        Its class is not registered.
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> text = fqcore.to_json(fqcore.FixedQuantizer(8, -1.0, 1.0, False))
+    >>> text
+    '{"class_name": "FixedQuantizer", "config": {"num_bits": 8, "init_min": -1.0, "init_max": 1.0, "narrow_range": false}}'
+    >>> fqcore.from_json(text)
+    FixedQuantizer(num_bits=8, init_min=-1.0, init_max=1.0, narrow_range=False)
+    """
     if "allow_nan" in kwargs:
         raise TypeError("to_json writes strict JSON: allow_nan cannot be passed")
     return json.dumps(serialize(quantizer), allow_nan=False, **kwargs)
 
 
-def from_json(text):
-    """The quantizer that JSON text from ``to_json`` (or tfmot) describes."""
+def from_json(text: Union[str, bytes, bytearray]) -> Quantizer:
+    """The quantizer that JSON text from :func:`to_json` (or tfmot) describes.
+
+    Parameters
+    ----------
+    text : str, bytes or bytearray
+        JSON text of a serialized quantizer dict.
+
+    Returns
+    -------
+    Quantizer
+        As :func:`deserialize` gives it.
+
+    Raises
+    ------
+    TypeError
+        `text` is not text, or as :func:`deserialize` raises.
+    ValueError
+        Malformed or too deeply nested JSON, or as :func:`deserialize` raises.
+
+    Examples
+    --------
+    >>> import fqcore
+    >>> fqcore.from_json('{"class_name": "NoQuantizer", "config": {}}')
+    NoQuantizer()
+    """
     if not isinstance(text, (str, bytes, bytearray)):
         raise TypeError(f"from_json takes JSON text, got {type(text).__name__}")
     return deserialize(_parse_json(text, "text"))
@@ -168,12 +313,49 @@ def _format_of(path, format):
     return format
 
 
-def save_quantizer(path, quantizer, weights=None, format=None):
-    """Writes `quantizer`'s config and its state `weights` (the dict build() returned; None for
-    none) to `path`, atomically: a temporary file in the same directory, fsync, then os.replace, so
-    readers see the old file or the new one, never a partial one. The format is ``format`` or the
-    suffix: .npz (numpy archive) or .json (float32 values as uint32 bit patterns). Both round-trip
-    exactly, NaN payloads and -0.0 included."""
+def save_quantizer(path: Union[str, "os.PathLike[str]"], quantizer: Quantizer,
+                   weights: Optional[Mapping] = None, format: Optional[str] = None) -> None:
+    """Writes a quantizer's config and its state to a file, atomically.
+
+    A temporary file in the same directory, fsync, then os.replace: readers see the old file or
+    the new one, never a partial one. Both formats round-trip exactly, NaN payloads and -0.0
+    included.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write.
+    quantizer : Quantizer
+        A quantizer of a registered class.
+    weights : dict, optional
+        Its state, the dict ``build`` returned (str keys, float32 arrays); None for none.
+    format : {"npz", "json"}, optional
+        Default: from the suffix of `path`: ``.npz`` (a numpy archive) or ``.json`` (float32
+        values as uint32 bit patterns).
+
+    Raises
+    ------
+    TypeError
+        `quantizer` not a Quantizer, `weights` not a dict of float32 arrays.
+    ValueError
+        No format given and none told by the suffix, an unknown format, a weights key that cannot
+        name a saved array.
+    OSError
+        The file cannot be written.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np, fqcore
+    >>> q = fqcore.LastValueQuantizer(8, per_axis=False, symmetric=True, narrow_range=True)
+    >>> state = q.build((3,), "w", None)
+    >>> _ = q(np.array([-0.5, 0.25, 2.0], np.float32), True, state)
+    >>> path = os.path.join(tempfile.mkdtemp(), "w.npz")
+    >>> fqcore.save_quantizer(path, q, state)
+    >>> loaded, loaded_state = fqcore.load_quantizer(path)
+    >>> loaded == q, float(loaded_state["max_var"]) == float(state["max_var"])
+    (True, True)
+    """
     format = _format_of(path, format)
     header = {"format": FILE_FORMAT, "version": FILE_VERSION, "quantizer": serialize(quantizer)}
     weights = _weights(weights)
@@ -185,16 +367,42 @@ def save_quantizer(path, quantizer, weights=None, format=None):
         payload = (json.dumps(header, allow_nan=False, indent=1) + "\n").encode("utf-8")
         write_atomically(path, lambda f: f.write(payload))
     else:
-        arrays = {"header": np.array(json.dumps(header, allow_nan=False))}
+        arrays: Dict[str, Any] = {"header": np.array(json.dumps(header, allow_nan=False))}
         arrays.update({"weight/" + key: value for key, value in weights.items()})
         write_atomically(path, lambda f: np.savez(f, **arrays))
 
 
-def load_quantizer(path):
-    """``(quantizer, weights)`` from a file ``save_quantizer`` wrote (either format, found from the
-    content): the quantizer deserialized, the state as new float32 arrays with the saved bits.
-    Anything wrong with the file is a ValueError naming it (see fqcore.bounded_npz for the
-    limits on .npz files)."""
+def load_quantizer(path: Union[str, "os.PathLike[str]"]) -> Tuple[Quantizer, Dict[str, np.ndarray]]:
+    """Reads a file :func:`save_quantizer` wrote (either format, told from the content).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+
+    Returns
+    -------
+    tuple
+        ``(quantizer, weights)``: the quantizer deserialized, and its state as new float32
+        arrays with the saved bits.
+
+    Raises
+    ------
+    ValueError
+        Anything wrong with the file's content, naming the file and the entry (files are
+        untrusted input; see fqcore.bounded_npz for the limits on .npz files).
+    OSError
+        The file cannot be read.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import fqcore
+    >>> path = os.path.join(tempfile.mkdtemp(), "fixed.json")
+    >>> fqcore.save_quantizer(path, fqcore.FixedQuantizer(8, -1.0, 1.0, False))
+    >>> fqcore.load_quantizer(path)
+    (FixedQuantizer(num_bits=8, init_min=-1.0, init_max=1.0, narrow_range=False), {})
+    """
     path = os.fspath(path)
     with open(path, "rb") as f:
         start = f.read(4)

@@ -21,11 +21,45 @@ _ARITY = {"CONV_2D": (3, 3), "DEPTHWISE_CONV_2D": (2, 3), "FULLY_CONNECTED": (2,
 
 
 class Interpreter:
-    """Interpreter(model, rounding="tflite_reference"): `model` is a Model, the bytes of a
-    .tflite file, or a path to a .tflite or .onnx file; `rounding` is one of
-    fqcore.deploy.kernels.MODES. run(feeds) returns the outputs by name, tensors(feeds) every
-    input and op output by name; feeds is a dict name -> array, or one array for a one-input
-    model, with the inputs' dtypes and shapes (-1, the batch, takes any size)."""
+    """The integer reference interpreter: runs an integer model on numpy arrays.
+
+    Everything the kernels assume is checked when it is built, so a bad model is a ValueError
+    naming the op and tensor. Feeds are a dict name -> array, or one array for a one-input
+    model, with the inputs' dtypes and shapes (-1, the batch, takes any size).
+
+    Parameters
+    ----------
+    model : Model, bytes, ExportedModel, str or os.PathLike
+        A Model, the bytes of a ``.tflite`` file, or the path of a ``.tflite`` or ``.onnx`` file.
+    rounding : {"tflite_reference", "single", "float32_half_even"}, default "tflite_reference"
+        The arithmetic: TFLite's reference kernels, one rounding per step, or float32 with
+        half-to-even rounding (``fqcore.deploy.kernels.MODES``).
+
+    Raises
+    ------
+    ValueError
+        An unknown `rounding`, or a model the kernels cannot run (naming the file, op and
+        tensor).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import fqcore.graph as G
+    >>> from fqcore import deploy, quantize
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None, 4], name="x")
+    ...     scaled = G.fake_quant_with_min_max_args(x, min=-1.0, max=1.0, name="x_quant")
+    ...     logits = G.layers.dense(scaled, 3, scope="fc")
+    >>> quantize.create_eval_graph(g, weight_per_channel=True)
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> output = g.get_tensor_by_name("fc/act_quant/FakeQuantWithMinMaxVars:0")
+    >>> interpreter = deploy.Interpreter(deploy.to_tflite(session, [x], [output]))
+    >>> outputs = interpreter.run(np.full((2, 4), 0.5, np.float32))
+    >>> [(name, value.shape) for name, value in outputs.items()]
+    [('fc/act_quant/FakeQuantWithMinMaxVars/dequantize', (2, 3))]
+    """
 
     def __init__(self, model, rounding="tflite_reference"):
         if rounding not in MODES:
@@ -40,8 +74,19 @@ class Interpreter:
             raise ValueError(f"{source}: {error}") from None
 
     def run(self, feeds):
-        """The model's outputs, name -> array (float32 outputs as the model dequantizes them,
-        integer outputs raw)."""
+        """Runs the model.
+
+        Parameters
+        ----------
+        feeds : dict or numpy.ndarray
+            Input name -> array, or one array for a one-input model.
+
+        Returns
+        -------
+        dict
+            The model's outputs, name -> array (float32 outputs as the model dequantizes them,
+            integer outputs raw).
+        """
         values = self._execute(feeds)
         return {name: values[name] for name in self.model.outputs}
 

@@ -31,6 +31,8 @@ renamed first: that rename is the save's commit point. `restore` takes the copy 
 file beside it is not the one the variables were saved with (a save interrupted between its two
 renames), so a checkpoint is always the previous one or the new one, whole.
 """
+from __future__ import annotations
+
 import base64
 import collections
 import errno
@@ -39,6 +41,7 @@ import json
 import math
 import os
 import zipfile
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -47,6 +50,9 @@ from ..bounded_npz import NpzArchive
 from .core import Graph, Operation, Tensor
 from .graph_state import check_member, decode_rng, short
 from .variables import Variable
+
+if TYPE_CHECKING:
+    from .session import Session
 
 GRAPH_FORMAT = "fqcore.graph"
 GRAPH_VERSION = 1
@@ -68,8 +74,43 @@ __all__ = ["save_graph", "load_graph", "save_variables", "load_variables", "save
 
 
 # -- graph ----------------------------------------------------------------------------------
-def save_graph(graph, path):
-    """Writes `graph` (ops, attributes, collections, variables) to the JSON file `path`."""
+def save_graph(graph: Graph, path: Union[str, os.PathLike[str]]) -> str:
+    """Writes a graph (ops, attributes, collections, variables) to a JSON file, atomically.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph.
+    path : str or os.PathLike
+        The file to write.
+
+    Returns
+    -------
+    str
+        The path written.
+
+    Raises
+    ------
+    TypeError
+        `graph` is not a Graph.
+    OSError
+        The file cannot be written.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None, 2], name="x")
+    ...     y = G.layers.dense(x, 1, scope="fc")
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> folder = tempfile.mkdtemp()
+    >>> path = G.save_graph(g, os.path.join(folder, "model.graph.json"))
+    >>> [op.name for op in G.load_graph(path).get_operations()] == [op.name for op in g.get_operations()]
+    True
+    """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be an fqcore.graph.Graph, got {type(graph).__name__}")
     path = _output_path(path, "path")
@@ -78,9 +119,44 @@ def save_graph(graph, path):
     return path
 
 
-def load_graph(path):
-    """The Graph saved in the JSON file `path`: same op names, types, wiring, attributes,
-    output shapes, collections and Variable objects."""
+def load_graph(path: Union[str, os.PathLike[str]]) -> Graph:
+    """The Graph saved in a JSON file by :func:`save_graph`.
+
+    Same op names, types, wiring, attributes, output shapes, collections and Variable objects.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+
+    Returns
+    -------
+    Graph
+        A new graph.
+
+    Raises
+    ------
+    ValueError
+        Anything wrong with the file's content, naming the file and the entry (files are untrusted
+        input).
+    OSError
+        The file cannot be read.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None, 2], name="x")
+    ...     y = G.layers.dense(x, 1, scope="fc")
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> folder = tempfile.mkdtemp()
+    >>> loaded = G.load_graph(G.save_graph(g, os.path.join(folder, "model.graph.json")))
+    >>> loaded.get_tensor_by_name("fc/BiasAdd:0").shape
+    (None, 1)
+    """
     return _read_graph(_input_path(path, "path", "graph"))[0]
 
 
@@ -450,9 +526,48 @@ def _decode_array(body, where):
 
 
 # -- variables ------------------------------------------------------------------------------
-def save_variables(session, path, var_list=None):
-    """Writes the values of `var_list` (Variables, VariableV2 ops or their names; default: every
-    variable of the session's graph) to the .npz `path`, keyed by op name, bit for bit."""
+def save_variables(session: Session, path: Union[str, os.PathLike[str]],
+                   var_list: Optional[Sequence[Any]] = None) -> str:
+    """Writes variable values from a session to an .npz file, keyed by op name, bit for bit.
+
+    Parameters
+    ----------
+    session : Session
+        Holds the values.
+    path : str or os.PathLike
+        The file to write (atomically).
+    var_list : list of Variable, Operation or str, optional
+        The variables (default: every variable of the session's graph).
+
+    Returns
+    -------
+    str
+        The path written.
+
+    Raises
+    ------
+    TypeError
+        `session` is not a Session.
+    ValueError
+        An unknown or uninitialized variable.
+    OSError
+        The file cannot be written.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None, 2], name="x")
+    ...     y = G.layers.dense(x, 1, scope="fc")
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> folder = tempfile.mkdtemp()
+    >>> path = G.save_variables(session, os.path.join(folder, "values.npz"))
+    >>> os.path.basename(path)
+    'values.npz'
+    """
     _check_session(session)
     path = _output_path(path, "path")
     values = _collect_values(session, _variable_names(session.graph, var_list))
@@ -497,14 +612,56 @@ def _write_variables(path, values, graph_data=None):
     write_atomically(path, write)
 
 
-def load_variables(session, path, var_list=None, strict=True):
-    """Sets the session's variables from the .npz `path` by name and returns a LoadResult.
+def load_variables(session: Session, path: Union[str, os.PathLike[str]],
+                   var_list: Optional[Sequence[Any]] = None, strict: bool = True) -> LoadResult:
+    """Sets a session's variables from an .npz file by name.
 
-    `var_list` (default: every variable of the session's graph) are the variables to set. With
-    strict=True each of them must be in the file and every entry of the file must be one of
-    them; strict=False loads the names both have (e.g. trained weights into an eval graph, which
-    lacks the optimizer slots, EMA shadows and step counter). Shapes and dtypes must match
-    exactly either way. Nothing is set unless everything checks out."""
+    Nothing is set unless everything checks out; shapes and dtypes must match exactly.
+
+    Parameters
+    ----------
+    session : Session
+        The session to set.
+    path : str or os.PathLike
+        A file from :func:`save_variables` or :func:`save`.
+    var_list : list of Variable, Operation or str, optional
+        The variables to set (default: every variable of the session's graph).
+    strict : bool, default True
+        True: each of them must be in the file and every entry of the file must be one of them.
+        False: load the names both have (e.g. trained weights into an eval graph, which lacks the
+        optimizer slots, EMA shadows and step counter).
+
+    Returns
+    -------
+    LoadResult
+        ``(loaded, missing, unexpected)``: the names set, the requested variables absent from the
+        file, the file's entries not requested.
+
+    Raises
+    ------
+    ValueError
+        A mismatch with strict=True, a shape or dtype that differs, or
+        anything wrong with the file's content, naming the file and the entry (files are untrusted
+        input).
+    OSError
+        The file cannot be read.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None, 2], name="x")
+    ...     y = G.layers.dense(x, 1, scope="fc")
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> folder = tempfile.mkdtemp()
+    >>> path = G.save_variables(session, os.path.join(folder, "values.npz"))
+    >>> fresh = G.Session(g)
+    >>> G.load_variables(fresh, path).loaded
+    ['fc/weights', 'fc/biases']
+    """
     _check_session(session)
     path = _input_path(path, "path", "variables")
     with NpzArchive(path, "variables file") as archive:
@@ -620,12 +777,51 @@ def checkpoint_paths(directory_or_prefix):
     return path + GRAPH_SUFFIX, path + VARIABLES_SUFFIX
 
 
-def save(session, directory_or_prefix):
-    """Saves the session's graph and all its variables side by side (see checkpoint_paths;
-    a missing directory named with a trailing separator is created); returns the two paths.
-    The variables file goes first and holds a copy of the graph: once it is in place the save
-    has happened, and restore gives the new checkpoint even if the graph file beside it is still
-    the old one."""
+def save(session: Session, directory_or_prefix: Union[str, os.PathLike[str]]) -> Tuple[str, str]:
+    """Saves a session's graph and all its variables side by side, atomically.
+
+    The variables file goes first and holds a copy of the graph: once it is in place the save has
+    happened, and :func:`restore` gives the new checkpoint even if the graph file beside it is still
+    the old one.
+
+    Parameters
+    ----------
+    session : Session
+        The session to save.
+    directory_or_prefix : str or os.PathLike
+        ``<prefix>.graph.json`` and ``<prefix>.npz``, or ``checkpoint.graph.json`` and
+        ``checkpoint.npz`` inside a directory (an existing one, or any path ending with a
+        separator, which is created).
+
+    Returns
+    -------
+    tuple of str
+        ``(graph path, variables path)``.
+
+    Raises
+    ------
+    TypeError
+        `session` is not a Session.
+    ValueError
+        An uninitialized variable.
+    OSError
+        The files cannot be written.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None, 2], name="x")
+    ...     y = G.layers.dense(x, 1, scope="fc")
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> folder = tempfile.mkdtemp()
+    >>> graph_path, variables_path = G.save(session, os.path.join(folder, "run") + os.sep)
+    >>> os.path.basename(graph_path), os.path.basename(variables_path)
+    ('checkpoint.graph.json', 'checkpoint.npz')
+    """
     _check_session(session)
     graph_path, variables_path = checkpoint_paths(directory_or_prefix)
     directory = os.path.dirname(graph_path)
@@ -641,9 +837,44 @@ def save(session, directory_or_prefix):
     return graph_path, variables_path
 
 
-def restore(directory_or_prefix):
-    """(graph, session) from a checkpoint written by save: the graph rebuilt, a new Session with
-    every variable set (strict: the files must agree)."""
+def restore(directory_or_prefix: Union[str, os.PathLike[str]]) -> Tuple[Graph, Session]:
+    """``(graph, session)`` from a checkpoint written by :func:`save`: the graph rebuilt, a new
+    Session with every variable set (strict: the files must agree).
+
+    Parameters
+    ----------
+    directory_or_prefix : str or os.PathLike
+        As given to :func:`save`.
+
+    Returns
+    -------
+    tuple
+        ``(Graph, Session)``.
+
+    Raises
+    ------
+    ValueError
+        Anything wrong with the file's content, naming the file and the entry (files are untrusted
+        input).
+    OSError
+        The file cannot be read.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None, 2], name="x")
+    ...     y = G.layers.dense(x, 1, scope="fc")
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = G.save(session, os.path.join(folder, "model"))
+    >>> graph, restored = G.restore(os.path.join(folder, "model"))
+    >>> bool((restored.variable_value("fc/weights") == session.variable_value("fc/weights")).all())
+    True
+    """
     from .session import Session
     graph_path, variables_path = checkpoint_paths(directory_or_prefix)
     variables_path = _input_path(variables_path, "directory_or_prefix", "variables")
@@ -685,7 +916,7 @@ def _path_argument(path, argument):
     return path
 
 
-def _output_path(path, argument):
+def _output_path(path, argument) -> str:
     path = _path_argument(path, argument)
     if os.path.isdir(path):
         raise IsADirectoryError(errno.EISDIR, f"{argument} {path!r} is a directory, not a file",

@@ -2,6 +2,7 @@
 import contextlib
 import re
 import threading
+from typing import ContextManager, Sequence, Union
 
 import numpy as np
 
@@ -20,7 +21,20 @@ def is_valid_name(name):
 
 
 class GraphKeys:
-    """Collection names, as TF1 spells them (rewrites and optimizers look these up)."""
+    """Collection names, as TF1 spells them (rewrites and optimizers look these up).
+
+    GLOBAL_VARIABLES (``"variables"``) and TRAINABLE_VARIABLES hold Variables; UPDATE_OPS the
+    ops a training step must also run (batch norms' moving statistics); TRAIN_OP the train op.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     w = G.variable("w", 1.0)
+    >>> g.get_collection(G.GraphKeys.TRAINABLE_VARIABLES)
+    [<Variable 'w' shape=() dtype=float32>]
+    """
     GLOBAL_VARIABLES = "variables"
     TRAINABLE_VARIABLES = "trainable_variables"
     UPDATE_OPS = "update_ops"
@@ -28,7 +42,32 @@ class GraphKeys:
 
 
 class Tensor:
-    """Output `index` of an operation, named `<op>:<index>` as in TF."""
+    """Output `index` of an operation, named ``<op>:<index>`` as in TF.
+
+    Tensors are made by the functions that add ops; ``+``, ``-``, ``*`` and ``/`` add the
+    matching op.
+
+    Parameters
+    ----------
+    op : Operation
+        The operation whose output it is.
+    index : int
+        Which output.
+    shape : tuple or None
+        The static shape, None entries for unknown sizes (None: unknown rank).
+    dtype : numpy.dtype
+        The element type.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None, 3], name="x")
+    ...     y = x * 2.0
+    >>> x.name, x.shape, x.dtype, y.op.type
+    ('x:0', (None, 3), dtype('float32'), 'Mul')
+    """
     __slots__ = ("op", "index", "shape", "dtype")
 
     def __init__(self, op, index, shape, dtype):
@@ -88,7 +127,36 @@ class Tensor:
 
 
 class Operation:
-    """A node: unique name, TF op type, input tensors, control inputs, attributes, outputs."""
+    """A node: unique name, TF op type, input tensors, control inputs, attributes, outputs.
+
+    Operations are made by the functions that add ops (or ``Graph.create_op``).
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph it belongs to.
+    name : str
+        Its unique name.
+    op_type : str
+        The TF op type (``Conv2D``, ``MatMul``, ...), kept as ``.type``.
+    inputs : list of Tensor
+        The input tensors.
+    attrs : dict
+        The op's attributes (``get_attr`` reads one).
+    output_specs : list of (shape, dtype)
+        One per output tensor.
+    control_inputs : sequence of Operation, default ()
+        Ops that must run first.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     y = G.matmul(G.constant([[1.0]]), G.constant([[2.0]]), transpose_b=True)
+    >>> y.op, y.op.get_attr("transpose_b"), [t.name for t in y.op.inputs]
+    (<Operation 'MatMul' type=MatMul>, True, ['Const:0', 'Const_1:0'])
+    """
 
     def __init__(self, graph, name, op_type, inputs, attrs, output_specs, control_inputs=()):
         self.graph = graph
@@ -123,7 +191,24 @@ class Operation:
 
 
 class Graph:
-    """A TF1-style dataflow graph: build with name scopes, look up, reroute, insert."""
+    """A TF1-style dataflow graph: build with name scopes, look up, reroute, insert.
+
+    Ops are added to the default graph: the innermost ``with graph.as_default():``. A graph holds
+    no values: a :class:`Session` runs it. It takes no arguments.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None], name="x")
+    ...     with g.name_scope("block"):
+    ...         y = G.relu(x)
+    >>> [op.name for op in g.get_operations()]
+    ['x', 'block/Relu']
+    >>> g.get_tensor_by_name("block/Relu:0") is y
+    True
+    """
 
     def __init__(self):
         self._ops = {}
@@ -279,8 +364,23 @@ class _DefaultGraphStack(threading.local):
 _default = _DefaultGraphStack()
 
 
-def get_default_graph():
-    """The graph of the innermost `with g.as_default():`, else one global graph."""
+def get_default_graph() -> Graph:
+    """The graph ops are added to: that of the innermost ``with g.as_default():``, else one
+    global graph.
+
+    Returns
+    -------
+    Graph
+        The default graph.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     G.get_default_graph() is g
+    True
+    """
     if _default.stack:
         return _default.stack[-1]
     if _default.global_default is None:
@@ -288,18 +388,79 @@ def get_default_graph():
     return _default.global_default
 
 
-def reset_default_graph():
-    """Replaces the global default graph with an empty one (not allowed inside as_default)."""
+def reset_default_graph() -> None:
+    """Replaces the global default graph with an empty one.
+
+    Raises
+    ------
+    RuntimeError
+        Inside a ``with graph.as_default():`` block.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> before = G.get_default_graph()
+    >>> G.reset_default_graph()
+    >>> G.get_default_graph() is before
+    False
+    """
     if _default.stack:
         raise RuntimeError("reset_default_graph() inside a `with graph.as_default():` block")
     _default.global_default = Graph()
 
 
-def name_scope(name):
+def name_scope(name: str) -> ContextManager[str]:
+    """A context in which the default graph's new ops are named ``<name>/...`` (TF's
+    ``tf.name_scope``).
+
+    Parameters
+    ----------
+    name : str
+        The scope's name, nested in the current scope (a name ending with ``/`` is taken as a full
+        scope).
+
+    Returns
+    -------
+    context manager
+        Entering it gives the scope's prefix, ``"<scope>/"``.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default(), G.name_scope("conv1") as scope:
+    ...     w = G.constant(1.0, name="weights")
+    >>> scope, w.name
+    ('conv1/', 'conv1/weights:0')
+    """
     return get_default_graph().name_scope(name)
 
 
-def control_dependencies(ops):
+def control_dependencies(ops: Sequence[Union[Operation, Tensor]]) -> ContextManager[None]:
+    """A context in which the default graph's new ops run only after `ops` (TF's
+    ``tf.control_dependencies``).
+
+    Parameters
+    ----------
+    ops : list of Operation or Tensor
+        What must run first.
+
+    Returns
+    -------
+    context manager
+        Adds `ops` to the control inputs of every op made inside it.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     first = G.no_op(name="first")
+    ...     with G.control_dependencies([first]):
+    ...         second = G.no_op(name="second")
+    >>> second.control_inputs
+    [<Operation 'first' type=NoOp>]
+    """
     return get_default_graph().control_dependencies(ops)
 
 

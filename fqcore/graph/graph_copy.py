@@ -12,7 +12,7 @@ from .variables import Variable
 __all__ = ["copy_graph"]
 
 
-def copy_graph(graph):
+def copy_graph(graph: Graph) -> Graph:
     """A new Graph equal to `graph` and sharing nothing mutable with it.
 
     The copy has the same ops in the same creation order (names, types, inputs in order, control
@@ -25,7 +25,33 @@ def copy_graph(graph):
 
     The copy starts at the top-level name scope with no control dependencies, whatever `with`
     blocks of the original are open. Variable values live in Sessions, not graphs: run the copy's
-    initializer (or load values) in a Session of the copy."""
+    initializer (or load values) in a Session of the copy.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to copy.
+
+    Returns
+    -------
+    Graph
+        The copy.
+
+    Raises
+    ------
+    TypeError
+        `graph` is not a Graph.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     y = G.relu(G.placeholder("float32", [None], name="x"))
+    >>> copy = G.copy_graph(g)
+    >>> [op.name for op in copy.get_operations()], copy.get_operations()[0] is g.get_operations()[0]
+    (['x', 'Relu'], False)
+    """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be an fqcore.graph.Graph, got {type(graph).__name__} "
                         f"{graph!r}")

@@ -77,9 +77,12 @@ shape inference cannot use, data-input cycles, bad collections. read_graph_json 
 with the path. write_graph_json replaces its file atomically (fqcore.atomic_file): an error or an
 interrupt midway leaves the previous file as it was.
 """
+from __future__ import annotations
+
 import json
 import math
 import os
+from typing import Union
 
 import numpy as np
 
@@ -105,13 +108,60 @@ _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 # -- writing --------------------------------------------------------------------------------
-def graph_to_json(graph):
-    """The JSON document of `graph` (see the module docstring), as a str. Deterministic."""
+def graph_to_json(graph: Graph) -> str:
+    """The JSON document of a graph (see the module docstring for the format), as a str.
+
+    Deterministic: the same graph always gives the same text.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph.
+
+    Returns
+    -------
+    str
+        The document, one node per line.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     y = G.relu(G.placeholder("float32", [None], name="x"))
+    >>> print(G.graph_to_json(g).splitlines()[0])
+    {"format": "fqcore-graph", "version": 1,
+    """
     return "".join(_lines(graph))
 
 
-def write_graph_json(graph, path):
-    """Writes graph_to_json(graph) to `path` atomically (UTF-8); returns the path."""
+def write_graph_json(graph: Graph, path: Union[str, os.PathLike[str]]
+                     ) -> Union[str, os.PathLike[str]]:
+    """Writes ``graph_to_json(graph)`` to a file, atomically (UTF-8).
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph.
+    path : str or os.PathLike
+        The file to write.
+
+    Returns
+    -------
+    str or os.PathLike
+        `path`, as given.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     y = G.relu(G.placeholder("float32", [None], name="x"))
+    >>> import os, tempfile
+    >>> path = G.write_graph_json(g, os.path.join(tempfile.mkdtemp(), "g.json"))
+    >>> [op.name for op in G.read_graph_json(path).get_operations()]
+    ['x', 'Relu']
+    """
     path = _output_path(path)
     lines = _lines(graph)
     first = next(lines)  # the graph argument is checked before any file is created
@@ -271,9 +321,37 @@ def _plain(value):
 
 
 # -- reading --------------------------------------------------------------------------------
-def read_graph_json(path):
-    """The Graph in the JSON file `path`; ValueError naming the path, the node and the field
-    when anything in it is wrong."""
+def read_graph_json(path: Union[str, os.PathLike[str]]) -> Graph:
+    """The Graph in a JSON file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A file in the format of the module docstring (e.g. from :func:`write_graph_json`).
+
+    Returns
+    -------
+    Graph
+        A new graph.
+
+    Raises
+    ------
+    ValueError
+        Anything wrong in the file, naming the path, the node and the field.
+    OSError
+        The file cannot be read.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     y = G.relu(G.placeholder("float32", [None], name="x"))
+    >>> import os, tempfile
+    >>> path = G.write_graph_json(g, os.path.join(tempfile.mkdtemp(), "g.json"))
+    >>> G.read_graph_json(path).get_operation_by_name("Relu").type
+    'Relu'
+    """
     path = _input_path(path)
     with open(path, "rb") as f:
         raw = f.read()
@@ -287,8 +365,33 @@ def read_graph_json(path):
         raise ValueError(f"{path}: {error}") from None
 
 
-def graph_from_json(text):
-    """The Graph a JSON document (str or UTF-8 bytes) describes; see the module docstring."""
+def graph_from_json(text: Union[str, bytes]) -> Graph:
+    """The Graph a JSON document describes (see the module docstring for the format).
+
+    Parameters
+    ----------
+    text : str or bytes
+        The document (bytes as UTF-8).
+
+    Returns
+    -------
+    Graph
+        A new graph.
+
+    Raises
+    ------
+    ValueError
+        Anything wrong in the document, naming the node and the field.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.graph_from_json('''{"format": "fqcore-graph", "version": 1, "node": [
+    ...     {"name": "x", "op": "Placeholder", "attr": {"dtype": "float32", "shape": [null]}},
+    ...     {"name": "y", "op": "Relu6", "input": ["x"]}]}''')
+    >>> G.Session(g).run("y:0", {"x:0": [-1.0, 7.0]})
+    array([0., 6.], dtype=float32)
+    """
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode("utf-8")

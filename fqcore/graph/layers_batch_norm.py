@@ -1,25 +1,72 @@
 """batch_norm as TF 1.15's slim builds it, fused (FusedBatchNormV3) or unfused (nn.moments and
 nn.batch_normalization), with its moving-average updates; contrib.quantize folds both by name."""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
 import numpy as np
 
 from . import build
-from .core import GraphKeys, get_default_graph
+from .core import GraphKeys, Tensor, get_default_graph
 from .variables import variable
 
 
-def batch_norm(x, momentum=0.9, epsilon=1e-3, is_training=True, scope="BatchNorm", *, center=True,
-               scale=True, fused=True, updates_collections=GraphKeys.UPDATE_OPS):
-    """Batch norm with gamma (scale=True), beta (center=True) and moving statistics.
+def batch_norm(x: Tensor, momentum: float = 0.9, epsilon: float = 1e-3, is_training: bool = True,
+               scope: str = "BatchNorm", *, center: bool = True, scale: bool = True,
+               fused: bool = True,
+               updates_collections: Union[str, Sequence[str], None] = GraphKeys.UPDATE_OPS
+               ) -> Tensor:
+    """slim's batch norm under `scope`: gamma (scale=True), beta (center=True) and moving
+    statistics.
 
     Training normalizes with the batch statistics and updates the moving statistics as
-    moving -= (moving - stat) * (1 - momentum) (stat: the batch mean and variance; the fused op's
-    variance is Bessel-corrected, the unfused one's is biased, as in TF). The updates go to the
-    collection(s) `updates_collections` (default UPDATE_OPS), or with None are forced: the output
-    depends on them through control dependencies, as slim does. Inference uses the moving
-    statistics and adds no updates.
+    ``moving -= (moving - stat) * (1 - momentum)`` (stat: the batch mean and variance; the fused
+    op's variance is Bessel-corrected, the unfused one's is biased, as in TF). Inference uses the
+    moving statistics and adds no updates.
 
-    fused=True builds FusedBatchNormV3 (NHWC); fused=False builds slim's unfused graph
-    (`moments/...`, `AssignMovingAvg{,_1}/...`, `batchnorm_1/...`), which also takes [N, C]."""
+    Parameters
+    ----------
+    x : Tensor
+        float32 with a known channel count (last axis): NHWC when fused, also ``[N, C]`` unfused.
+    momentum : float, default 0.9
+        The moving statistics' decay, 0 to 1.
+    epsilon : float, default 1e-3
+        Added to the variance.
+    is_training : bool, default True
+        Batch statistics and updates (True) or moving statistics (False).
+    scope : str, default "BatchNorm"
+        The name scope.
+    center, scale : bool, default True
+        Add beta (offset) and gamma (scale) variables.
+    fused : bool, default True
+        FusedBatchNormV3 (NHWC), or slim's unfused graph (``moments/...``,
+        ``AssignMovingAvg{,_1}/...``, ``batchnorm_1/...``).
+    updates_collections : str, list of str or None, default GraphKeys.UPDATE_OPS
+        Where the moving-statistics updates go (run them with each training step); None forces
+        them: the output depends on them through control dependencies, as slim does.
+
+    Returns
+    -------
+    Tensor
+        The normalized values, of the input's shape.
+
+    Raises
+    ------
+    ValueError
+        An unknown channel count, a momentum outside [0, 1].
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None, 4, 4, 3], name="x")
+    ...     y = G.layers.batch_norm(x, scope="bn")
+    >>> [v.op.name for v in G.global_variables(g)]
+    ['bn/gamma', 'bn/beta', 'bn/moving_mean', 'bn/moving_variance']
+    >>> len(g.get_collection(G.GraphKeys.UPDATE_OPS))
+    2
+    """
     g = get_default_graph()
     if x.shape is None or not x.shape or x.shape[-1] is None:
         raise ValueError(f"batch_norm needs a known channel count, got shape {x.shape}")

@@ -20,21 +20,50 @@ _UNSET = object()
 
 
 class Session:
-    """Runs fetches of one graph (TF1's Session). Variable values live here, not in the graph.
+    """Runs fetches of one graph (TF1's Session); the variables' values live here, not in the
+    graph.
 
     Every variable read in a run sees the value from the start of the run; writes (Assign*,
     optimizer updates) take effect for later ops' reads in the *next* run, and are the outputs of
-    the write ops in this one. `update_state=False` runs without writing anything: write ops
-    yield the stored value (evaluation of a training graph).
+    the write ops in this one. Results never depend on either thread count
+    (fqcore/graph/run_threads.py).
 
-    threads: threads for numpy's BLAS during a run: a positive int, or "auto" (as many as the
-    cores other processes leave free, re-estimated as runs go); None takes $FQCORE_NUM_THREADS
-    when set, else "auto". BLAS keeps the count after the run.
-    kernel_threads: threads for fqcore's kernels during a run, put back after it: a positive int,
-    or None (the default) for fqcore's own setting (set_num_threads, by default "auto": a second
-    thread only for a call large enough, and only on a CPU other processes leave free; the
-    MobileNet-v2 benchmark's step measured 2-5% faster than with 1, the demo's the same). Results
-    never depend on either count (fqcore/graph/run_threads.py)."""
+    Parameters
+    ----------
+    graph : Graph, optional
+        The graph to run (default: the default graph).
+    kernel_threads : int, optional
+        Threads for fqcore's kernels during a run, put back after it: a positive int, or None (the
+        default) for fqcore's own setting (:func:`fqcore.set_num_threads`, by default "auto": a
+        second thread only for a call large enough, and only on a CPU other processes leave free;
+        the MobileNet-v2 benchmark's step measured 2-5% faster than with 1, the demo's the same).
+    threads : int or "auto", optional
+        Threads for numpy's BLAS during a run: a positive int, or "auto" (as many as the cores
+        other processes leave free, re-estimated as runs go); None takes ``$FQCORE_NUM_THREADS``
+        when set, else "auto". BLAS keeps the count after the run.
+
+    Raises
+    ------
+    TypeError
+        `graph` is not a Graph.
+
+    Examples
+    --------
+    >>> import fqcore.graph as G
+    >>> g = G.Graph()
+    >>> with g.as_default():
+    ...     x = G.placeholder("float32", [None], name="x")
+    ...     target = G.placeholder("float32", [None], name="target")
+    ...     w = G.variable("w", 0.0)
+    ...     error = G.subtract(G.multiply(x, w), target)
+    ...     loss = G.reduce_mean(G.multiply(error, error))
+    ...     train_op = G.GradientDescentOptimizer(0.1).minimize(loss)
+    >>> session = G.Session(g)
+    >>> session.run(G.global_variables_initializer(g))
+    >>> _, before = session.run([train_op, loss], {x: [1.0], target: [2.0]})
+    >>> float(before), round(float(session.variable_value("w")), 4)   # w -= 0.1 * 2 * (0 - 2)
+    (4.0, 0.4)
+    """
 
     def __init__(self, graph=None, kernel_threads=None, threads=None):
         from .core import Graph, get_default_graph
@@ -86,8 +115,46 @@ class Session:
 
     # -- running --------------------------------------------------------------------------
     def run(self, fetches, feed_dict=None, update_state=True):
-        """Values of `fetches` (a Tensor, Operation, name, Variable, or a list/tuple/dict of
-        them); operations give None."""
+        """The values of `fetches` after one run of the ops they need.
+
+        Parameters
+        ----------
+        fetches : Tensor, Operation, Variable, str, or a list, tuple or dict of them
+            What to compute (names as ``"op"`` or ``"op:0"``); the result has the same structure.
+        feed_dict : dict, optional
+            Tensor (or its name) -> value for placeholders and any other tensor to override.
+        update_state : bool, default True
+            False runs without writing anything: write ops yield the stored value (evaluation of a
+            training graph).
+
+        Returns
+        -------
+        numpy.ndarray, None, or a list, tuple or dict of them
+            Operations give None.
+
+        Raises
+        ------
+        TypeError
+            `feed_dict` not a dict, or an operation as a feed key.
+        ValueError
+            A missing or ill-shaped feed, an uninitialized variable, a fetch on a branch that did not
+            run.
+
+        Examples
+        --------
+        >>> import fqcore.graph as G
+        >>> g = G.Graph()
+        >>> with g.as_default():
+        ...     x = G.placeholder("float32", [None], name="x")
+        ...     target = G.placeholder("float32", [None], name="target")
+        ...     w = G.variable("w", 0.0)
+        ...     error = G.subtract(G.multiply(x, w), target)
+        ...     loss = G.reduce_mean(G.multiply(error, error))
+        >>> session = G.Session(g)
+        >>> session.run(G.global_variables_initializer(g))
+        >>> session.run({"loss": loss, "w": w}, {x: [1.0, 2.0], target: [1.0, 1.0]})
+        {'loss': array(1., dtype=float32), 'w': array(0., dtype=float32)}
+        """
         flat, rebuild = _flatten(fetches)
         elements = [self.graph.as_graph_element(f) for f in flat]
         feeds = {}
