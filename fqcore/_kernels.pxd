@@ -121,13 +121,11 @@ cdef extern from "fqcore.h" nogil:
                                     fq_activation activation, float *y)
     fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, const float *y,
                                          size_t n, size_t channels, const float *scale,
-                                         const float *shift_a, const float *shift_b,
                                          fq_activation activation, float *x_backprop,
                                          float *scale_backprop, float *shift_backprop)
     fq_status fq_f32_channel_affine_grad_clipped(const float *y_backprop, const float *x,
                                                  const float *y, size_t n, size_t channels,
-                                                 const float *scale, const float *shift_a,
-                                                 const float *shift_b, fq_activation activation,
+                                                 const float *scale, fq_activation activation,
                                                  float clip_min, float clip_max,
                                                  float *x_backprop, float *scale_backprop,
                                                  float *shift_backprop)

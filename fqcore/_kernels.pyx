@@ -553,38 +553,33 @@ def channel_affine(const float[::1] x, size_t channels, const float[::1] scale,
 
 
 def channel_affine_grad(const float[::1] y_backprop, const float[::1] x, const float[::1] y,
-                        size_t channels, const float[::1] scale, const float[::1] shift_a,
-                        const float[::1] shift_b, int activation, float[::1] x_backprop,
-                        float[::1] scale_backprop, float[::1] shift_backprop, clip=None):
-    """y: the forward's output, or None to make it again from x and the vectors. clip: None, or
-    (nudged_min, nudged_max) of a fake quant of y that y_backprop goes through first
-    (vars_grad_interval)."""
+                        size_t channels, const float[::1] scale, int activation,
+                        float[::1] x_backprop, float[::1] scale_backprop,
+                        float[::1] shift_backprop, clip=None):
+    """clip: None, or (nudged_min, nudged_max) of a fake quant of y that y_backprop goes through
+    first (vars_grad_interval)."""
     cdef fq_status rc
     cdef Py_ssize_t n = y_backprop.shape[0]
-    if y is not None:
-        _length(y.shape[0], n, "y")
+    _length(y.shape[0], n, "y")
     if x is not None:
         _length(x.shape[0], n, "x")
     if x_backprop is not None:
         _length(x_backprop.shape[0], n, "x_backprop")
     cdef const float *s = _vector(scale, channels, "scale")
-    cdef const float *a = _vector(shift_a, channels, "shift_a")
-    cdef const float *b = _vector(shift_b, channels, "shift_b")
     cdef float *dx = _ptr(x_backprop) if x_backprop is not None else NULL
     cdef float *ds = <float *>_vector(scale_backprop, channels, "scale_backprop")
     cdef float *db = <float *>_vector(shift_backprop, channels, "shift_backprop")
     cdef const float *xp = _cptr(x) if x is not None else NULL
-    cdef const float *yp = _cptr(y) if y is not None else NULL
     cdef float lo = 0.0, hi = 0.0
     cdef bint clipped = clip is not None
     if clipped:
         lo, hi = clip
     with nogil:
         if clipped:
-            rc = fq_f32_channel_affine_grad_clipped(_cptr(y_backprop), xp, yp, n, channels, s, a, b,
+            rc = fq_f32_channel_affine_grad_clipped(_cptr(y_backprop), xp, _cptr(y), n, channels, s,
                                                     <fq_activation>activation, lo, hi, dx, ds, db)
         else:
-            rc = fq_f32_channel_affine_grad(_cptr(y_backprop), xp, yp, n, channels, s, a, b,
+            rc = fq_f32_channel_affine_grad(_cptr(y_backprop), xp, _cptr(y), n, channels, s,
                                             <fq_activation>activation, dx, ds, db)
     _check(rc)
 

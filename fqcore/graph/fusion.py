@@ -133,15 +133,14 @@ class FusedChannelChain(Unit):
         if isinstance(dy, ClippedGradient):
             # A fake quant of this chain's output: its clip joins this pass.
             dy, clip = (dy.dy, dy.interval) if dy.x is outputs[0] else (dy.value(), None)
-        scale, (shift_a, shift_b) = self._vectors(inputs)
+        scale, _ = self._vectors(inputs)
         dx = np.empty(x.shape, FLOAT32)
         dscale = np.empty(self.channels, FLOAT32) if scale is not None else None
         dshift = np.empty(self.channels, FLOAT32) if self.shifts else None
-        # The output (None): the kernel makes it again from x, which it reads anyway.
         _kernels.channel_affine_grad(
-            np.ascontiguousarray(dy, FLOAT32).reshape(-1), np.ascontiguousarray(x).reshape(-1),
-            None, self.channels, scale, shift_a, shift_b, _kernels.ACTIVATIONS[self.activation],
-            dx.reshape(-1), dscale, dshift, clip)
+            np.ascontiguousarray(dy, FLOAT32).reshape(-1),
+            np.ascontiguousarray(x).reshape(-1), outputs[0].reshape(-1), self.channels, scale,
+            _kernels.ACTIVATIONS[self.activation], dx.reshape(-1), dscale, dshift, clip)
         shift_grads = [dshift] + [dshift.copy() for _ in self.shifts[1:]]
         return [dx] + ([dscale] if scale is not None else []) + shift_grads
 

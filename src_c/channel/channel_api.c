@@ -84,13 +84,12 @@ fq_status fq_f32_channel_affine(const float *x, size_t n, size_t channels, const
 
 /* The chain's gradient, after a fake quant's clip when `clip` is set. */
 static fq_status affine_grad(const float *y_backprop, const float *x, const float *y, size_t n,
-                             size_t channels, const float *scale, const float *shift_a,
-                             const float *shift_b, fq_activation activation, int clip,
-                             float clip_min, float clip_max, float *x_backprop,
+                             size_t channels, const float *scale, fq_activation activation,
+                             int clip, float clip_min, float clip_max, float *x_backprop,
                              float *scale_backprop, float *shift_backprop) {
     fq_status status = check(n, channels, activation);
     if (status != FQ_OK) return status;
-    if (n > 0 && (y_backprop == NULL || ((y == NULL || scale_backprop != NULL) && x == NULL)))
+    if (n > 0 && (y_backprop == NULL || y == NULL || (scale_backprop != NULL && x == NULL)))
         return FQ_ERR_NULL_POINTER;
     for (size_t c = 0; c < channels; ++c) {
         if (scale_backprop != NULL) scale_backprop[c] = 0.0f;
@@ -101,18 +100,17 @@ static fq_status affine_grad(const float *y_backprop, const float *x, const floa
     size_t tiles_per_block = ceil_div(FQ_CHANNEL_BLOCK_ELEMENTS, tile);
     if (tiles > tiles_per_block * FQ_CHANNEL_MAX_BLOCKS) tiles_per_block = ceil_div(tiles, FQ_CHANNEL_MAX_BLOCKS);
     const size_t blocks = ceil_div(tiles, tiles_per_block);
-    /* The shifts only to make y again. */
-    const float *const vectors[3] = {scale, y == NULL ? shift_a : NULL, y == NULL ? shift_b : NULL};
+    const float *const vectors[3] = {scale, NULL, NULL};
     const float *tiled[3];
     float *storage;
     if ((status = tile_vectors(channels, tile, vectors, tiled, &storage)) != FQ_OK) return status;
-    double *partials = malloc(blocks * tile * 2 * (sizeof(double) + sizeof(float)));
+    double *partials = malloc(blocks * tile * (2 * sizeof(double) + sizeof(float)));
     if (partials == NULL) {
         free(storage);
         return FQ_ERR_NO_MEMORY;
     }
-    const fq_channel_job job = {x, y, y_backprop, x_backprop, tiled[0], tiled[1], tiled[2],
-                                activation, n, tile, tiles_per_block, partials,
+    const fq_channel_job job = {x, y, y_backprop, x_backprop, tiled[0], NULL, NULL, activation, n,
+                                tile, tiles_per_block, partials,
                                 (float *)(partials + 2 * blocks * tile), scale_backprop != NULL,
                                 shift_backprop != NULL, 0.0f, clip, clip_min, clip_max};
     fq_parallel_for(fq_runtime_threads_for(n, blocks), blocks, active_kernels()->affine_grad,
@@ -136,21 +134,19 @@ static fq_status affine_grad(const float *y_backprop, const float *x, const floa
 
 fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, const float *y,
                                      size_t n, size_t channels, const float *scale,
-                                     const float *shift_a, const float *shift_b,
                                      fq_activation activation, float *x_backprop,
                                      float *scale_backprop, float *shift_backprop) {
-    return affine_grad(y_backprop, x, y, n, channels, scale, shift_a, shift_b, activation, 0, 0.0f,
-                       0.0f, x_backprop, scale_backprop, shift_backprop);
+    return affine_grad(y_backprop, x, y, n, channels, scale, activation, 0, 0.0f, 0.0f, x_backprop,
+                       scale_backprop, shift_backprop);
 }
 
 fq_status fq_f32_channel_affine_grad_clipped(const float *y_backprop, const float *x, const float *y,
                                              size_t n, size_t channels, const float *scale,
-                                             const float *shift_a, const float *shift_b,
                                              fq_activation activation, float clip_min,
                                              float clip_max, float *x_backprop,
                                              float *scale_backprop, float *shift_backprop) {
-    return affine_grad(y_backprop, x, y, n, channels, scale, shift_a, shift_b, activation, 1,
-                       clip_min, clip_max, x_backprop, scale_backprop, shift_backprop);
+    return affine_grad(y_backprop, x, y, n, channels, scale, activation, 1, clip_min, clip_max,
+                       x_backprop, scale_backprop, shift_backprop);
 }
 
 fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels, const float *mean,

@@ -12,14 +12,14 @@
    channel periods): the per-channel vectors come repeated over a tile, so every loop runs a whole
    tile whatever the channel count. */
 typedef struct {
-    const float *x, *y, *dy; /* gradient: y NULL, made again from x and the vectors */
+    const float *x, *y, *dy;
     float *out;
     const float *scale, *shift_a, *shift_b; /* tiled; NULL: the step is left out */
     fq_activation activation;
     size_t n, tile;
     size_t tiles_per_block;  /* gradient: the sums' fixed blocks of tiles */
     double *partials;        /* gradient: per block, scale sums then shift sums, `tile` each */
-    float *scratch;          /* gradient: two tiles per block (g, and y when y is NULL) */
+    float *scratch;          /* gradient: a tile per block */
     int want_scale_sum, want_shift_sum;
     float divisor;
     /* gradient: dy first through a fake quant of y that passes [clip_min, clip_max] (clip set) */

@@ -71,43 +71,36 @@ static void sum_values(double *restrict sum, const float *restrict a, size_t n) 
     for (size_t k = 0; k < n; ++k) sum[k] += (double)a[k];
 }
 
-/* y = the chain of x over one tile (len floats from `start`). */
-static void affine_tile(const fq_channel_job *job, size_t start, size_t len, float *restrict y) {
-    if (job->scale != NULL) multiply(y, job->x + start, job->scale, len);
-    else copy(y, job->x + start, len);
-    if (job->shift_a != NULL) add_to(y, job->shift_a, len);
-    if (job->shift_b != NULL) add_to(y, job->shift_b, len);
-    if (job->activation == FQ_ACTIVATION_RELU) relu(y, len);
-    else if (job->activation == FQ_ACTIVATION_RELU6) relu6(y, len);
-}
-
 static void affine_tiles(void *context, size_t first, size_t end) {
     const fq_channel_job *job = context;
     for (size_t tile = first; tile < end; ++tile) {
         const size_t start = tile * job->tile;
         const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
-        affine_tile(job, start, len, job->out + start);
+        float *y = job->out + start;
+        if (job->scale != NULL) multiply(y, job->x + start, job->scale, len);
+        else copy(y, job->x + start, len);
+        if (job->shift_a != NULL) add_to(y, job->shift_a, len);
+        if (job->shift_b != NULL) add_to(y, job->shift_b, len);
+        if (job->activation == FQ_ACTIVATION_RELU) relu(y, len);
+        else if (job->activation == FQ_ACTIVATION_RELU6) relu6(y, len);
     }
 }
 
 /* Block b: x_backprop over its tiles, and its partial sums per tile position (float64); g, the
-   gradient after the activation, goes through the block's first scratch tile, and y, when the
-   job has none, through its second (made from x by the forward's steps). */
+   gradient after the activation, goes through the block's scratch tile. */
 static void affine_grad_blocks(void *context, size_t first_block, size_t end_block) {
     const fq_channel_job *job = context;
     const size_t tiles = (job->n + job->tile - 1) / job->tile;
     for (size_t block = first_block; block < end_block; ++block) {
         double *scale_sum = job->partials + 2 * block * job->tile, *shift_sum = scale_sum + job->tile;
-        float *g = job->scratch + 2 * block * job->tile, *y_tile = g + job->tile;
+        float *g = job->scratch + block * job->tile;
         for (size_t k = 0; k < 2 * job->tile; ++k) scale_sum[k] = 0.0;
         const size_t first = block * job->tiles_per_block;
         const size_t end = first + job->tiles_per_block < tiles ? first + job->tiles_per_block : tiles;
         for (size_t tile = first; tile < end; ++tile) {
             const size_t start = tile * job->tile;
             const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
-            const float *dy = job->dy + start, *y = y_tile;
-            if (job->y != NULL) y = job->y + start;
-            else affine_tile(job, start, len, y_tile); /* the forward again: the same bits */
+            const float *dy = job->dy + start, *y = job->y + start;
             if (job->clip) {
                 pass_clip(g, dy, y, job->clip_min, job->clip_max, len);
                 if (job->activation == FQ_ACTIVATION_RELU) mask_relu(g, y, len);

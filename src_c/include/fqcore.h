@@ -242,12 +242,9 @@ fq_status fq_f32_channel_affine(const float *x, size_t n, size_t channels, const
    activation passes y, else 0.0f); x_backprop = scale * g (g without a scale); scale_backprop[c]
    = the sum of g * x (each product rounded to float32), shift_backprop[c] = the sum of g, both
    in float64 over fixed blocks of the data (a function of the shape), rounded once. Any of the
-   three outputs may be NULL (x may be NULL without scale_backprop). y may be NULL: the forward
-   makes it again from x, scale, shift_a and shift_b (the same bits; a pass over y fewer), which
-   the call then needs; with y given the shifts are not read. */
+   three outputs may be NULL (x may be NULL without scale_backprop). */
 fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, const float *y,
                                      size_t n, size_t channels, const float *scale,
-                                     const float *shift_a, const float *shift_b,
                                      fq_activation activation, float *x_backprop,
                                      float *scale_backprop, float *shift_backprop);
 /* The same with y_backprop first through a FakeQuantWithMinMaxVars of y whose gradient passes
@@ -255,7 +252,6 @@ fq_status fq_f32_channel_affine_grad(const float *y_backprop, const float *x, co
    making it, the same bits. */
 fq_status fq_f32_channel_affine_grad_clipped(const float *y_backprop, const float *x, const float *y,
                                              size_t n, size_t channels, const float *scale,
-                                             const float *shift_a, const float *shift_b,
                                              fq_activation activation, float clip_min,
                                              float clip_max, float *x_backprop,
                                              float *scale_backprop, float *shift_backprop);
