@@ -86,6 +86,43 @@ static void affine_tiles(void *context, size_t first, size_t end) {
     }
 }
 
+/* The fold's whole gradient step in one loop (a scale, both sums and x_backprop wanted): g as
+   the passes below make it, then out = scale * g and both sums, without g's round trip through
+   the scratch tile. `clip` and `activation` are compile-time constants at each call. */
+static inline __attribute__((always_inline)) void
+grad_scaled_tile(float *restrict out, double *restrict scale_sum, double *restrict shift_sum,
+                 const float *restrict dy, const float *restrict y, const float *restrict x,
+                 const float *restrict scale, float lo, float hi, size_t n, int clip,
+                 fq_activation activation) {
+    for (size_t k = 0; k < n; ++k) {
+        float g = clip ? fq_element_mask(dy[k], fq_daz(y[k]), lo, hi) : dy[k];
+        if (activation == FQ_ACTIVATION_RELU) g = g * (y[k] > 0.0f ? 1.0f : 0.0f);
+        else if (activation == FQ_ACTIVATION_RELU6) g = g * ((y[k] > 0.0f && y[k] < 6.0f) ? 1.0f : 0.0f);
+        out[k] = scale[k] * g;
+        scale_sum[k] += (double)(g * x[k]);
+        shift_sum[k] += (double)g;
+    }
+}
+
+static void grad_scaled(const fq_channel_job *job, size_t start, size_t len, const float *y,
+                        double *scale_sum, double *shift_sum) {
+    const float *dy = job->dy + start, *x = job->x + start, lo = job->clip_min, hi = job->clip_max;
+    float *out = job->out + start;
+#define FQ_GRAD_SCALED(clip, activation) \
+    grad_scaled_tile(out, scale_sum, shift_sum, dy, y, x, job->scale, lo, hi, len, clip, activation)
+    switch (job->activation) {
+    case FQ_ACTIVATION_RELU:
+        if (job->clip) FQ_GRAD_SCALED(1, FQ_ACTIVATION_RELU); else FQ_GRAD_SCALED(0, FQ_ACTIVATION_RELU);
+        break;
+    case FQ_ACTIVATION_RELU6:
+        if (job->clip) FQ_GRAD_SCALED(1, FQ_ACTIVATION_RELU6); else FQ_GRAD_SCALED(0, FQ_ACTIVATION_RELU6);
+        break;
+    default:
+        if (job->clip) FQ_GRAD_SCALED(1, FQ_ACTIVATION_NONE); else FQ_GRAD_SCALED(0, FQ_ACTIVATION_NONE);
+    }
+#undef FQ_GRAD_SCALED
+}
+
 /* Block b: x_backprop over its tiles, and its partial sums per tile position (float64); g, the
    gradient after the activation, goes through the block's scratch tile. */
 static void affine_grad_blocks(void *context, size_t first_block, size_t end_block) {
@@ -101,6 +138,10 @@ static void affine_grad_blocks(void *context, size_t first_block, size_t end_blo
             const size_t start = tile * job->tile;
             const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
             const float *dy = job->dy + start, *y = job->y + start;
+            if (job->out != NULL && job->scale != NULL && job->want_scale_sum && job->want_shift_sum) {
+                grad_scaled(job, start, len, y, scale_sum, shift_sum);
+                continue;
+            }
             if (job->clip) {
                 pass_clip(g, dy, y, job->clip_min, job->clip_max, len);
                 if (job->activation == FQ_ACTIVATION_RELU) mask_relu(g, y, len);
