@@ -76,3 +76,26 @@ def test_config_says_which_isas_were_not_built_and_why(capsys):
     assert f"isas_not_built: {', '.join(config['isas_not_built'])}" in shown, shown
     for key in ("compiler", "kernel_flags", "linker"):
         assert f"{key}: {config[key]}" in shown, shown
+
+
+@pytest.mark.parametrize("cflags, kernel_flags", [
+    ("", "-pthread -g0 -O3 -std=gnu11"),
+    ("-O0", "-pthread -g0 -std=gnu11"),
+    ("-O1 -g", "-pthread -std=gnu11"),
+])
+def test_user_cflags_reach_the_kernels_and_choose_level_and_debug_info(sources, cflags,
+                                                                        kernel_flags):
+    """The user's CFLAGS are on every compile line, before fqcore's own flags; fqcore adds -O3 and
+    -g0 (no debug information: the extension was 5 MB with Python's -g) only when CFLAGS choose no
+    level and no debug information."""
+    kept, _, _ = _native_or_skip()
+    isa = kept[-1]
+    settings = {"FQCORE_REQUIRE_ISA": isa, f"FQCORE_DISABLE_{isa.upper()}": "1"}
+    if cflags:
+        settings["CFLAGS"] = cflags
+    code, output = run_setup(sources, clean_env(**settings), TIMEOUT)
+    assert code != 0, output
+    compiler = next(line for line in output.splitlines() if line.startswith("fqcore: compiler: "))
+    if cflags:
+        assert f" {cflags} " in compiler + " ", compiler
+    assert f"fqcore: kernel flags: {kernel_flags} -Wall -Wextra -Werror" in output, output
