@@ -267,6 +267,16 @@ def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols
     return conv2d_grad_planned(x, w, dy, cols, g, input_gradient)
 
 
+def _filter_gradient(cols, dy):
+    """cols' dy ([window, O]). OpenBLAS runs the product faster with the longer side of the result
+    as its rows: with fewer window entries than outputs (a 1x1 expansion, a head) it computes
+    (dy' cols)' (2 cores, Intel Xeon: 0.23 against 0.38 ms at [8192, 16] x [8192, 96], 0.22
+    against 0.29 at [512, 32] x [512, 1280]; the same or slower the other way round)."""
+    if cols.shape[1] < dy.shape[1]:
+        return np.matmul(dy.T, cols).T
+    return np.matmul(cols.T, dy)
+
+
 def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
     """conv2d_grad of arrays that conv_geometry checked as `g`, given their columns. `more`:
     (w_k, dy_k) of other filters of this geometry on the same columns, whose input gradients join
@@ -277,7 +287,7 @@ def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
         _same_shape(grad, "dy", (x.shape[0], g.oh, g.ow, o))
         terms.append((filters.reshape(-1, o), np.ascontiguousarray(grad).reshape(-1, o)))
     if dy is not None:
-        dw = np.matmul(cols.T, terms[0][1]).reshape(w.shape)
+        dw = _filter_gradient(cols, terms[0][1]).reshape(w.shape)
     if not input_gradient:
         return None, dw
     if len(terms) == 1:
