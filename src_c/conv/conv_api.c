@@ -168,13 +168,16 @@ fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w, s
     return FQ_OK;
 }
 
-/* Two input gradients of one geometry, summed: each row of the first is written in place, the
-   second's into the row buffer of the task, and the buffer added, so that dx is read and written
-   once. Tasks are contiguous runs of rows, one buffer each. */
+/* Two input gradients of one geometry, summed: each chunk of rows of the first is written in
+   place, the second's into the task's chunk buffer (about FQ_CONV_SUM_CHUNK_FLOATS floats, at
+   least a row), and the buffer added, so that dx is read and written once. Tasks are contiguous
+   runs of rows, one buffer each. */
+#define FQ_CONV_SUM_CHUNK_FLOATS ((size_t)4096)
+
 typedef struct {
     fq_conv_job first, second;
-    float *buffers;  /* tasks x row_elements */
-    size_t rows, rows_per_task, row_elements;
+    float *buffers;  /* tasks x chunk_rows x row_elements */
+    size_t rows, rows_per_task, row_elements, chunk_rows;
     fq_fpenv outer;  /* the caller's floating-point state: the sum is the one numpy would make */
 } grad_input_sum_job;
 
@@ -183,19 +186,22 @@ static void grad_input_sum_tasks(void *context, size_t first_task, size_t end_ta
     const fq_range_fn kernel = active_kernels()->depthwise_grad_input;
     for (size_t task = first_task; task < end_task; ++task) {
         fq_conv_job second = p->second;
-        second.out = p->buffers + task * p->row_elements;
-        const size_t end_row = task * p->rows_per_task + p->rows_per_task < p->rows
-                                   ? task * p->rows_per_task + p->rows_per_task : p->rows;
-        for (size_t row = task * p->rows_per_task; row < end_row; ++row) {
-            kernel((void *)&p->first, row, row + 1);
+        second.out = p->buffers + task * p->chunk_rows * p->row_elements;
+        const size_t first_row = task * p->rows_per_task;
+        const size_t end_row = first_row + p->rows_per_task < p->rows ? first_row + p->rows_per_task
+                                                                     : p->rows;
+        for (size_t row = first_row; row < end_row; row += p->chunk_rows) {
+            const size_t stop = row + p->chunk_rows < end_row ? row + p->chunk_rows : end_row;
+            kernel((void *)&p->first, row, stop);
             second.out_row0 = row;
-            kernel(&second, row, row + 1);
+            kernel(&second, row, stop);
             float *restrict dx = p->first.out + row * p->row_elements;
             const float *restrict other = second.out;
+            const size_t n = (stop - row) * p->row_elements;
             /* The two gradients are summed as reverse mode sums them: IEEE, no flush to zero. */
             const fq_fpenv kernels_state = fq_fpenv_get();
             fq_fpenv_leave(p->outer);
-            for (size_t k = 0; k < p->row_elements; ++k) dx[k] += other[k];
+            for (size_t k = 0; k < n; ++k) dx[k] += other[k];
             fq_fpenv_leave(kernels_state);
         }
     }
@@ -213,17 +219,20 @@ fq_status fq_f32_depthwise_grad_input_sum(const float *y_backprop_a, const float
         return FQ_ERR_NULL_POINTER;
     const size_t rows = geometry->batch * geometry->height;
     if (rows == 0 || s.input == 0) return FQ_OK;
+    const size_t row_elements = s.input / rows;
     grad_input_sum_job p = {
         {*geometry, multiplier, NULL, w_a, y_backprop_a, NULL, x_backprop, NULL, 0, NULL, 0},
         {*geometry, multiplier, NULL, w_b, y_backprop_b, NULL, NULL, NULL, 0, NULL, 0},
-        NULL, rows, 0, s.input / rows, 0};
+        NULL, rows, 0, row_elements, 0, 0};
     const int threads = fq_runtime_threads_for(2 * s.input, rows);
     const size_t tasks = (size_t)threads < rows ? (size_t)threads : rows;
     p.rows_per_task = (rows + tasks - 1) / tasks;
+    p.chunk_rows = row_elements >= FQ_CONV_SUM_CHUNK_FLOATS ? 1 : FQ_CONV_SUM_CHUNK_FLOATS / row_elements;
+    if (p.chunk_rows > p.rows_per_task) p.chunk_rows = p.rows_per_task;
     fq_conv_walk *walks;
     if ((status = input_walks(&p.first, &walks)) != FQ_OK) return status;
     p.second.walks = p.first.walks;
-    p.buffers = malloc(tasks * p.row_elements * sizeof(float));
+    p.buffers = malloc(tasks * p.chunk_rows * row_elements * sizeof(float));
     if (p.buffers == NULL) {
         free(walks);
         return FQ_ERR_NO_MEMORY;
