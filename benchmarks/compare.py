@@ -1,6 +1,6 @@
 """Times fqcore against numpy's memory-bound ufuncs, TensorFlow and PyTorch in one process; prints markdown tables.
 
-Usage:  python benchmarks/compare.py [--quick] [--json FILE] [--isa NAME] [--sections ...] [--no-torch] [--no-tf]
+Usage:  python benchmarks/compare.py [--quick] [--json FILE] [--isa NAME|all] [--sections ...] [--no-torch] [--no-tf]
                                     [--tf-path DIR] [--tf-onednn on|off]
 
 Every figure is the minimum (--stat median: the median) over repeats of the mean time of a batch of calls (each batch
@@ -50,8 +50,16 @@ def is_gradient(op):
     return op.endswith("gradient")
 
 
+def divides(op):
+    """The Vars forwards divide by the scale, as TF does (only a division gives TF's bits), so their
+    floor is a division, not a multiply."""
+    return op in ("vars", "vars_per_channel")
+
+
 def baseline_name(op):
-    return "np.add(a, b, out=c)" if is_gradient(op) else "np.multiply(a, 2.0, out=c)"
+    if is_gradient(op):
+        return "np.add(a, b, out=c)"
+    return "np.divide(a, 3.0, out=c)" if divides(op) else "np.multiply(a, 2.0, out=c)"
 
 
 def bytes_moved(op, n):
@@ -210,6 +218,8 @@ class Case:
         x, g, c = self.x, self.g, self.c
         if is_gradient(op):
             return lambda: np.add(g, x, out=c)
+        if divides(op):
+            return lambda: np.divide(x, 3.0, out=c)
         return lambda: np.multiply(x, 2.0, out=c)
 
     # -- PyTorch: the same range as (scale, zero_point) on [0, 255]; TF's nudge gives the same grid.
@@ -480,7 +490,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter batches (a rough look)")
     parser.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
-    parser.add_argument("--isa", help="fqcore ISA to time (default: the active one, normally the best)")
+    parser.add_argument("--isa", help="fqcore ISA to time (default: the active one, normally the best), or "
+                                      "'all': the whole report once per ISA this CPU runs, best last")
     parser.add_argument("--repeats", type=int, help="batches per candidate (default 25, 7 with --quick)")
     parser.add_argument("--sample-ms", type=float, help="minimum batch duration (default 20, 5 with --quick)")
     parser.add_argument("--stat", choices=["min", "median"], default="min", help="statistic to report")
@@ -502,6 +513,8 @@ def main(argv=None):
     parser.add_argument("--clip", choices=sorted(CLIPPING), default="calibrated",
                         help="input distribution: a calibrated range (default) or 25%% clipped")
     args = parser.parse_args(argv)
+    if args.isa == "all":
+        return each_isa(argv if argv is not None else sys.argv[1:], args.json)
     Case.clipping = args.clip
 
     repeats = args.repeats or (7 if args.quick else 25)
@@ -553,8 +566,10 @@ def main(argv=None):
         note = load_note()
         rows1, rows5 = section_numpy_and_frameworks(timer, args.sizes, torch, tf, stat, results, failures)
         print("## 1. fqcore against numpy's memory-bound ufuncs (1 thread)\n")
-        print("Forward ops move 8 bytes per element like `np.multiply(a, 2.0, out=c)`; gradient ops 12 like "
-              "`np.add(a, b, out=c)` (the vars gradients also reduce dmin/dmax in the same pass). " + note + "\n")
+        print("Forward ops move 8 bytes per element like their baseline: the Args forward "
+              "`np.multiply(a, 2.0, out=c)`; the Vars forwards, which divide as TF does, "
+              "`np.divide(a, 3.0, out=c)`. Gradient ops move 12 like `np.add(a, b, out=c)` (the vars "
+              "gradients also reduce dmin/dmax in the same pass). " + note + "\n")
         print(table(["op", "n", "fqcore ms", "numpy ms", "numpy baseline", "fqcore/numpy", "target", "result",
                      "fqcore GB/s"], rows1))
         print()
@@ -662,6 +677,28 @@ def main(argv=None):
             json.dump(results, f, indent=1, default=str)
         print(f"\n(wrote {args.json})")
     return 0
+
+
+def each_isa(argv, json_path):
+    """main() once per ISA of fqcore.available_isas() (slowest first), each with --isa set and its
+    JSON, when asked for, in FILE with the ISA's name before the extension; the worst exit code."""
+    codes = []
+    for isa in fqcore.available_isas():
+        rest, skip = [], False
+        for arg in argv:
+            if skip:
+                skip = False
+            elif arg == "--isa" or arg == "--json":
+                skip = True
+            elif not arg.startswith(("--isa=", "--json=")):
+                rest.append(arg)
+        rest += ["--isa", isa]
+        if json_path:
+            stem, ext = os.path.splitext(json_path)
+            rest += ["--json", f"{stem}.{isa}{ext}"]
+        print(f"\n# ISA {isa}\n")
+        codes.append(main(rest))
+    return max(codes, default=0)
 
 
 if __name__ == "__main__":
