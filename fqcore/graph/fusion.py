@@ -185,7 +185,26 @@ def _scale_of(op, channels):
     return None
 
 
-class ColumnsConv2D(Unit):
+class InputSharing(Unit):
+    """A unit of one op that reads the same input as an earlier unit of its kind (its owner) or is
+    that owner: a Hidden link, the owner's extra output and each follower's extra input, carries
+    what they share forward and the followers' DeferredInputGradient back."""
+
+    def __init__(self, op, args, owner, link_name):
+        self.ops = [op]
+        self.name = op.name
+        self.args = args
+        self.shared = owner is not None
+        self.link = owner.link if self.shared else Hidden(f"{op.name}/{link_name}", self)
+        self.inputs = list(op.inputs) + ([self.link] if self.shared else [])
+        self.outputs = list(op.outputs) + ([] if self.shared else [self.link])
+
+    def defers(self, needed):
+        """A follower leaves x's gradient to its owner when both take one (x's and the link's)."""
+        return self.shared and needed[0] and needed[2]
+
+
+class ColumnsConv2D(InputSharing):
     """A float32 Conv2D that keeps its input's windows for its gradient (an extra output), or
     takes them from the first Conv2D of the plan that read the same input the same way (an extra
     input), instead of computing them again. Such a follower leaves its input gradient to that
@@ -194,14 +213,8 @@ class ColumnsConv2D(Unit):
     type = "Conv2D"
 
     def __init__(self, op, args, owner=None):
-        self.ops = [op]
-        self.name = op.name
-        self.args = args
-        self.shared = owner is not None
-        self.columns = owner.columns if self.shared else Hidden(f"{op.name}/columns", self)
-        self.inputs = list(op.inputs) + ([self.columns] if self.shared else [])
+        super().__init__(op, args, owner, "columns")
         self.geometries = {}  # (x's shape, w's shape) -> nn_numpy.ConvGeometry
-        self.outputs = list(op.outputs) + ([] if self.shared else [self.columns])
 
     def _geometry(self, x, w):
         """The convolution's geometry, checked once per pair of shapes."""
@@ -222,7 +235,7 @@ class ColumnsConv2D(Unit):
         x, w = inputs[0], inputs[1]
         geometry = self._geometry(x, w)
         if self.shared:
-            defer = needed[0] and needed[2]
+            defer = self.defers(needed)
             dx, dw = nn_numpy.conv2d_grad_planned(x, w, grads[0], inputs[2], geometry,
                                                   input_gradient=needed[0] and not defer)
             return [dx, dw, DeferredInputGradient([(w, grads[0])]) if defer else None]
@@ -232,7 +245,7 @@ class ColumnsConv2D(Unit):
         return [dx, dw]
 
 
-class PairedDepthwise(Unit):
+class PairedDepthwise(InputSharing):
     """A float32 DepthwiseConv2dNative with another of the same input and geometry (the fold's
     pair): the first takes the later ones' input gradients (DeferredInputGradient) and computes
     them with its own in one pass, the same bits as the sum reverse mode would make of them."""
@@ -240,13 +253,7 @@ class PairedDepthwise(Unit):
     type = "DepthwiseConv2dNative"
 
     def __init__(self, op, args, owner=None):
-        self.ops = [op]
-        self.name = op.name
-        self.args = args
-        self.shared = owner is not None
-        self.link = owner.link if self.shared else Hidden(f"{op.name}/input gradients", self)
-        self.inputs = list(op.inputs) + ([self.link] if self.shared else [])
-        self.outputs = list(op.outputs) + ([] if self.shared else [self.link])
+        super().__init__(op, args, owner, "input gradients")
 
     def forward(self, op, inputs, ctx):
         y = nn_numpy.depthwise_conv2d(inputs[0], inputs[1], **self.args)
@@ -255,7 +262,7 @@ class PairedDepthwise(Unit):
     def gradient(self, op, inputs, outputs, grads, needed):
         x, w, dy = inputs[0], inputs[1], grads[0]
         if self.shared:
-            defer = needed[0] and needed[2]
+            defer = self.defers(needed)
             dx, dw = nn_numpy.depthwise_conv2d_grad(x, w, dy, **self.args,
                                                     input_gradient=needed[0] and not defer)
             return [dx, dw, DeferredInputGradient([(w, dy)]) if defer else None]
