@@ -623,6 +623,7 @@ def main(argv=None):
         "python": sys.version.split()[0], "numpy": np.__version__,
         "torch": torch.__version__ if torch else None, "tensorflow": tf.__version__ if tf else None,
         "cpu": cpu_model(), "logical_cpus": os.cpu_count(),
+        "kernel_choices": fqcore._runtime.config()["kernel_choices"],
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS") if tf else None,
         "tf_kernels": kernels, "statistic": stat, "repeats": repeats, "sample_ms": sample_s * 1e3, "quick": args.quick,
@@ -637,6 +638,7 @@ def main(argv=None):
     print(f"- fqcore {meta['fqcore']}, ISA **{meta['isa']}** (available: {', '.join(meta['available_isas'])}); "
           f"Python {meta['python']}, numpy {meta['numpy']}")
     print(f"- CPU: {meta['cpu']}, {meta['logical_cpus']} logical CPUs; OPENBLAS_CORETYPE={meta['OPENBLAS_CORETYPE']}")
+    print(f"- Kernel walks chosen for this CPU: {meta['kernel_choices']}")
     tf_text = (f"{tf.__version__} (CPU, 1 intra-op + 1 inter-op thread; {kernels} kernels: {tf_onednn_text()})"
                if tf else None)
     print(f"- TensorFlow: {tf_text or 'skipped: ' + tf_note}")

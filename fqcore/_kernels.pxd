@@ -34,6 +34,7 @@ cdef extern from "fqcore.h" nogil:
     int fq_num_threads_is_auto()
     fq_status fq_set_num_threads(int num_threads)
     int fq_usable_cpus()
+    const char *fq_kernel_choices()
     double fq_other_cpu_load()
     int fq_free_cpus()
 

@@ -75,6 +75,10 @@ def usable_cpus():
     return fq_usable_cpus()
 
 
+def kernel_choices():
+    return fq_kernel_choices().decode()
+
+
 def other_cpu_load():
     return fq_other_cpu_load()
 

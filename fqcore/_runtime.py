@@ -218,6 +218,8 @@ def config() -> Dict[str, Any]:
         "isas_not_built": [f"{isa} ({why})" for isa, why in _BUILD["isas_not_built"].items()],
         "available_isas": available_isas(),
         "active_isa": get_isa(),
+        # Walks whose speed depends on the microarchitecture, chosen at run time for this CPU.
+        "kernel_choices": _kernels.kernel_choices(),
         "num_threads": get_num_threads(),
         "usable_cpus": usable_cpus(),
         "other_cpu_load": round(other_cpu_load(), 2),
@@ -234,7 +236,7 @@ def show_config() -> None:
     """Prints the build and run-time configuration, one ``key: value`` line each.
 
     The version, compiled ISAs (and those not built, and why), available ISAs, the active ISA,
-    threads, usable CPUs and other processes' load, numpy's BLAS and its threads, and the
+    the kernel walks chosen for this CPU, threads, usable CPUs and other processes' load, numpy's BLAS and its threads, and the
     compiler and flags of the build.
 
     Examples

@@ -43,7 +43,10 @@ def test_every_isa_reports_each_op_against_its_floor(tmp_path, capsys):
     out = capsys.readouterr().out
     for name, report in reports.items():
         assert f"# ISA {name}" in out
+        assert f"- Kernel walks chosen for this CPU: {report['meta']['kernel_choices']}" in out
         assert report["meta"]["isa"] == name and report["meta"]["cpu"]
+        # The walks chosen for this CPU are those of the ISA the report ran on.
+        assert (report["meta"]["kernel_choices"] == "scalar kernels: no choices") == (name == "scalar")
         assert {row["op"]: row["baseline"] for row in report["vs_numpy"]} == FLOORS
         assert {row["target"] for row in report["vs_numpy"]} == {1.25}
     assert report["targets"]["vs_numpy_ratio_max"] == 1.25

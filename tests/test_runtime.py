@@ -17,10 +17,25 @@ def _python(code, **env):
 def test_show_config_lists_everything(capsys):
     fqcore.show_config()
     text = capsys.readouterr().out
-    for key in ("version", "compiled_isas", "available_isas", "active_isa", "num_threads",
-                "usable_cpus", "other_cpu_load", "blas", "blas_threads"):
+    for key in ("version", "compiled_isas", "available_isas", "active_isa", "kernel_choices",
+                "num_threads", "usable_cpus", "other_cpu_load", "blas", "blas_threads"):
         assert key in text
     assert fqcore.get_isa() in text
+
+
+def test_kernel_choices_follow_the_active_isa():
+    from fqcore._runtime import config
+    saved = fqcore.get_isa()
+    try:
+        for isa in fqcore.available_isas():
+            fqcore.set_isa(isa)
+            choices = config()["kernel_choices"]
+            if isa == "scalar":
+                assert choices == "scalar kernels: no choices"
+            else:
+                assert choices.startswith("per-channel forward: rows sharing grid loads")
+    finally:
+        fqcore.set_isa(saved)
 
 
 def test_available_isas_start_with_scalar_and_are_compiled():

@@ -290,7 +290,7 @@ static fq_status setup_channels(channel_setup *s, const fq_fake_quant_kernels *k
         s->position_max = ranges + period;
     }
     k->nudge_channels(s->position_min, s->position_max, period, num_bits, narrow_range, s->grid);
-    s->table = (fq_grid_table){period, s->grid, 0.0f};
+    s->table = (fq_grid_table){period, s->grid, 0.0f, fq_row_walk_for(fq_get_isa())};
     /* Locals, not s's fields: a store through an unsigned char pointer may alias any object, so
        the loop would reload s->zero_channel after each. */
     unsigned char *zero_channel = s->zero_channel;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "../include/fqcore.h"
+#include "fq_choices.h"
 
 /* The per-tensor quantization grid after TF's nudge (all float32, rounded as the spec says). */
 typedef struct {
@@ -51,6 +52,8 @@ typedef struct {
        fq_allows_scaled_clamp (fq_element.h) says why that is exact. 0 for kernels that do not use
        it (no scaled_clamp_max kernel). */
     float scaled_clamp_max;
+    /* How the SIMD per-channel forward walks rows: the faster on this CPU (fq_choices.h). */
+    fq_row_walk row_walk;
 } fq_grid_table;
 
 /* Where parameter `param` of position p is stored; the following positions of its chunk follow. */
@@ -88,16 +91,17 @@ typedef struct {
        storage `grid` (bit for bit what fq_nudge gives, NaN bits included). */
     void (*nudge_channels)(const float *min, const float *max, size_t channels, int num_bits,
                            int narrow_range, float *grid);
-    /* For kernels whose channel_forward reads fq_grid_table.scaled_clamp_max: `span` when every
-       position of a nudged table allows the clamp after scaling (fq_allows_scaled_clamp, given
-       each position's range), else 0. NULL for the other kernels (the check would be wasted). */
+    /* For kernels whose channel_forward reads fq_grid_table.scaled_clamp_max (the SIMD ones):
+       `span` when every position of a nudged table allows the clamp after scaling
+       (fq_allows_scaled_clamp, given each position's range), else 0. NULL for the scalar kernels
+       (the check would be wasted). */
     float (*scaled_clamp_max)(const float *grid, const float *position_min,
                               const float *position_max, size_t positions, float span);
     /* channel_mask_sums over all positions of `rows` periods (a multiple of 16), walked from the
        first 64-byte aligned element, `head` (1 to 15) elements in, over a table rotated by head
        (position head + p at rotated position p); position p < head adds into acc_min[period + p]
        / acc_max[period + p], which the caller moves to p. The same sums as channel_mask_sums:
-       each position still adds its rows in order. NULL for kernels without it. */
+       each position still adds its rows in order. NULL for the scalar kernels. */
     void (*channel_mask_sums_aligned)(const float *g, const float *x, float *dx, size_t rows,
                                       const fq_grid_table *table, size_t head, double *acc_min,
                                       double *acc_max);

@@ -1016,6 +1016,21 @@ static void test_per_channel_flat_walk(void) {
                           ALIAS_NONE);
 }
 
+/* Each row walk of the per-channel forward (fq_choices.h), forced whatever this CPU is: rows 4 KiB
+   apart in and past L2, other periods past L2, and periods with a tail, on 1 to 4 threads. */
+static void test_per_channel_row_walks(void) {
+    const size_t shapes[][2] = {{1024, 9}, {1024, 260}, {512, 520}, {384, 700}, {1000, 300}, {48, 6000}};
+    unsigned counter = 0;
+    for (int walk = 0; walk < FQ_ROW_WALK_COUNT; ++walk) {
+        fq_force_row_walk(walk);
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k, ++counter)
+            check_channel(OP_CHAN, shapes[k][0], shapes[k][1], 2 + (int)(counter * 5 % 15),
+                          (int)(counter & 1), 10, counter % 2 ? X_INSIDE : X_MIXED, G_PAIRS, 1,
+                          ALIAS_NONE);
+    }
+    fq_force_row_walk(-1);
+}
+
 /* ---------------- the per-channel nudge ---------------- */
 
 /* Each ISA's nudge_channels against fq_nudge on the same ranges, every parameter bit for bit (NaN
@@ -1094,6 +1109,7 @@ int main(void) {
         {"per-channel shapes", test_per_channel},
         {"per-channel large, threads 1..4", test_per_channel_large},
         {"per-channel flat walk, threads 1..4", test_per_channel_flat_walk},
+        {"per-channel row walks, threads 1..4", test_per_channel_row_walks},
     };
     return harness_main("C kernel harness (fake quantization)", sections,
                         sizeof sections / sizeof sections[0]);

@@ -1,0 +1,27 @@
+/* Walks whose speed depends on the CPU's microarchitecture, chosen at run time from what the CPU
+   is (cpuid's vendor), never from the build machine; fq_kernel_choices() (fqcore.h) says what was
+   chosen. Every choice gives the same bits. */
+#ifndef FQ_CHOICES_H
+#define FQ_CHOICES_H
+
+#include "../include/fqcore.h"
+
+/* How the SIMD per-channel forward walks the rows of a call that is not flat
+   (fq_channel_walk.h). */
+typedef enum {
+    /* FQ_ROWS_PER_GRID rows a step, sharing each grid load. */
+    FQ_ROWS_SHARE_GRID = 0,
+    /* The same, but rows exactly 4 KiB apart go two at a time, two vectors each. */
+    FQ_ROWS_SHARE_GRID_PAIRS_AT_4K = 1,
+    /* Rows sharing grid loads while the call's x and out fit L2; past it, one row at a time, four
+       vectors a step. */
+    FQ_ONE_ROW_PAST_L2 = 2,
+    FQ_ROW_WALK_COUNT = 3
+} fq_row_walk;
+
+/* The row walk of `isa` on this CPU; fq_force_row_walk(w) makes it w for every ISA (the C harness
+   checks that each walk gives the same bits on any CPU), fq_force_row_walk(-1) undoes it. */
+fq_row_walk fq_row_walk_for(fq_isa isa);
+void fq_force_row_walk(int walk);
+
+#endif
