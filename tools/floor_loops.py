@@ -1,0 +1,188 @@
+"""The floor under a fake-quant kernel on this CPU: how long its unavoidable arithmetic takes with no
+memory traffic at all, next to the numpy ufunc that is its memory floor and the kernel itself.
+
+    python tools/floor_loops.py [--n 65536] [--isa avx512|avx2]
+
+Each compute-only loop runs the kernel's per-vector operations, in TF's order and with TF's
+roundings, on inputs held in registers (an empty asm makes each vector a fresh input, so nothing is
+hoisted and no vector waits on another), as many vectors as the call has. Where that alone takes longer than 1.25x the ufunc, a 1.25x target
+is out of reach on this CPU whatever the walk: the note of issue 18 quotes this table.
+
+- args forward: clamp (min, max), subtract, multiply, subtract, add, floor, multiply: 8 operations.
+- vars gradient: the mask (two compares) as 1.0 / 0.0, times g; and whether the vector is quiet
+  (x inside, g finite) so the sums may skip it: 6 operations and a test.
+
+Needs a C compiler (cc); builds a small library in a temporary directory.
+"""
+import argparse
+import ctypes
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import fqcore  # noqa: E402
+from fqcore import _kernels  # noqa: E402
+from benchmarks.machine import cpu_model  # noqa: E402
+
+SOURCE = r"""
+#include <immintrin.h>
+#include <stddef.h>
+
+/* An empty asm that claims to change v: each use is a fresh input to the compiler (nothing hoisted
+   or folded) and costs nothing at run time; and one that claims to read it (nothing deleted). */
+#define FRESH(v) __asm__ volatile("" : "+v"(v))
+#define USE(v) __asm__ volatile("" ::"v"(v))
+#define CHAINS 8
+
+__attribute__((target("avx512f,avx512dq"))) void args_forward_compute_avx512(size_t vectors) {
+    const __m512 nmin = _mm512_set1_ps(-6.0f), nmax = _mm512_set1_ps(6.0f);
+    const __m512 inv = _mm512_set1_ps(21.25f), zero = _mm512_set1_ps(128.0f);
+    const __m512 half = _mm512_set1_ps(0.5f), scale = _mm512_set1_ps(12.0f / 255.0f);
+    __m512 in[CHAINS];
+    for (int k = 0; k < CHAINS; ++k) in[k] = _mm512_set1_ps(0.37f * (float)k - 3.0f);
+    for (size_t i = 0; i < vectors; i += CHAINS)
+        for (int k = 0; k < CHAINS; ++k) {
+            FRESH(in[k]);
+            const __m512 c = _mm512_max_ps(nmin, _mm512_min_ps(nmax, in[k]));
+            const __m512 s = _mm512_mul_ps(_mm512_sub_ps(c, nmin), inv);
+            const __m512 t = _mm512_add_ps(_mm512_sub_ps(s, zero), half);
+            const __m512 y = _mm512_mul_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), scale);
+            USE(y);
+        }
+}
+
+__attribute__((target("avx512f,avx512dq"))) void vars_grad_compute_avx512(size_t vectors) {
+    const __m512 nmin = _mm512_set1_ps(-6.0f), nmax = _mm512_set1_ps(6.0f), one = _mm512_set1_ps(1.0f);
+    __m512 g[CHAINS], x[CHAINS];
+    for (int k = 0; k < CHAINS; ++k) {
+        g[k] = _mm512_set1_ps(1.0f + (float)k);
+        x[k] = _mm512_set1_ps(0.5f * (float)k);
+    }
+    for (size_t i = 0; i < vectors; i += CHAINS) {
+        __mmask16 quiet = 0xffff;
+        for (int k = 0; k < CHAINS; ++k) {
+            FRESH(g[k]);
+            FRESH(x[k]);
+            const __mmask16 inside = _mm512_cmp_ps_mask(x[k], nmin, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x[k], nmax, _CMP_LE_OQ);
+            const __m512 dx = _mm512_mul_ps(g[k], _mm512_maskz_mov_ps(inside, one));
+            USE(dx);
+            quiet &= _kandn_mask16(_mm512_fpclass_ps_mask(g[k], 0x99), inside);
+        }
+        __asm__ volatile("" ::"r"(quiet));
+    }
+}
+
+__attribute__((target("avx2,fma"))) void args_forward_compute_avx2(size_t vectors) {
+    const __m256 nmin = _mm256_set1_ps(-6.0f), nmax = _mm256_set1_ps(6.0f);
+    const __m256 inv = _mm256_set1_ps(21.25f), zero = _mm256_set1_ps(128.0f);
+    const __m256 half = _mm256_set1_ps(0.5f), scale = _mm256_set1_ps(12.0f / 255.0f);
+    __m256 in[CHAINS];
+    for (int k = 0; k < CHAINS; ++k) in[k] = _mm256_set1_ps(0.37f * (float)k - 3.0f);
+    for (size_t i = 0; i < vectors; i += CHAINS)
+        for (int k = 0; k < CHAINS; ++k) {
+            FRESH(in[k]);
+            const __m256 c = _mm256_max_ps(nmin, _mm256_min_ps(nmax, in[k]));
+            const __m256 s = _mm256_mul_ps(_mm256_sub_ps(c, nmin), inv);
+            const __m256 t = _mm256_add_ps(_mm256_sub_ps(s, zero), half);
+            const __m256 y = _mm256_mul_ps(_mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), scale);
+            USE(y);
+        }
+}
+
+__attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) {
+    const __m256 nmin = _mm256_set1_ps(-6.0f), nmax = _mm256_set1_ps(6.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 inf = _mm256_set1_ps(__builtin_inff());
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 g[4], x[4];
+    for (int k = 0; k < 4; ++k) {
+        g[k] = _mm256_set1_ps(1.0f + (float)k);
+        x[k] = _mm256_set1_ps(0.5f * (float)k);
+    }
+    for (size_t i = 0; i < vectors; i += 4) {
+        __m256 quiet = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+        for (int k = 0; k < 4; ++k) {
+            FRESH(g[k]);
+            FRESH(x[k]);
+            const __m256 inside = _mm256_and_ps(_mm256_cmp_ps(x[k], nmin, _CMP_GE_OQ), _mm256_cmp_ps(x[k], nmax, _CMP_LE_OQ));
+            const __m256 dx = _mm256_mul_ps(g[k], _mm256_and_ps(inside, one));
+            USE(dx);
+            const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(g[k], magnitude), inf, _CMP_LT_OQ);
+            quiet = _mm256_and_ps(quiet, _mm256_and_ps(finite, inside));
+        }
+        __asm__ volatile("" ::"r"(_mm256_movemask_ps(quiet)));
+    }
+}
+"""
+
+
+def build_library(directory):
+    source = os.path.join(directory, "floor_loops.c")
+    library = os.path.join(directory, "floor_loops.so")
+    with open(source, "w") as f:
+        f.write(SOURCE)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-ffp-contract=off", source, "-o", library],
+                   check=True)
+    return ctypes.CDLL(library)
+
+
+def best_time(fn, repeats=15, batch_s=0.005):
+    fn()
+    start = time.perf_counter()
+    fn()
+    calls = max(1, int(batch_s / max(time.perf_counter() - start, 1e-7)))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=65536, help="elements (default 65536: in L2)")
+    parser.add_argument("--isa", choices=["avx512", "avx2"], default=None,
+                        help="default: every one this CPU runs")
+    args = parser.parse_args(argv)
+    isas = [args.isa] if args.isa else [i for i in ("avx2", "avx512") if i in fqcore.available_isas()]
+    fqcore.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(args.n) * 2).astype(np.float32)
+    g = rng.standard_normal(args.n).astype(np.float32)
+    out = np.empty_like(x)
+    lanes = {"avx512": 16, "avx2": 8}
+    print(f"CPU: {cpu_model()}; n = {args.n}, one thread; best of 15 batches (us per call)\n")
+    print("| ISA | op | memory floor (numpy) | compute only | compute / memory | fqcore kernel | kernel / memory |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as directory:
+        lib = build_library(directory)
+        for isa in isas:
+            fqcore.set_isa(isa)
+            vectors = ctypes.c_size_t(args.n // lanes[isa])
+            cases = [
+                ("args forward", lambda: np.multiply(x, 2.0, out=out),
+                 getattr(lib, f"args_forward_compute_{isa}"),
+                 lambda: _kernels.args_forward(x, -6.0, 6.0, 8, False, out)),
+                ("vars gradient", lambda: np.add(x, g, out=out),
+                 getattr(lib, f"vars_grad_compute_{isa}"),
+                 lambda: _kernels.vars_grad(g, x, -6.0, 6.0, 8, False, out)),
+            ]
+            for name, memory, compute, kernel in cases:
+                compute.restype = None
+                compute.argtypes = [ctypes.c_size_t]
+                t_memory = best_time(memory)
+                t_compute = best_time(lambda: compute(vectors))
+                t_kernel = best_time(kernel)
+                print(f"| {isa} | {name} | {t_memory * 1e6:.2f} | {t_compute * 1e6:.2f} | "
+                      f"{t_compute / t_memory:.2f} | {t_kernel * 1e6:.2f} | {t_kernel / t_memory:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
