@@ -198,7 +198,7 @@ def tf_kernels(tf):
 
 
 def bn_tf_in_child(onednn, args, timer):
-    """Batch norm's TF columns for the TF kernels this process did not import: compare_batch_norm.time_tf
+    """Batch norm's TF columns for the TF kernels this process did not import: compare_batch_norm.measure_tf_cases
     in a child process with TF_ENABLE_ONEDNN_OPTS set by `onednn` ("on"/"off"), the same fqcore (ISA
     included), timer and allocator settings. Returns (result, None) or (None, why not)."""
     config = {"onednn": onednn, "isa": fqcore.get_isa(), "tf_path": args.tf_path, "malloc": args.malloc,
@@ -234,7 +234,7 @@ def bn_tf_child(config):
     timer = Timer(c["repeats"], c["sample_s"])
     print(json.dumps({"kernels": tf_kernels(tf), "tensorflow": tf.__version__,
                       "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
-                      "cases": compare_batch_norm.time_tf(timer, tf)}, default=str))
+                      "cases": compare_batch_norm.measure_tf_cases(timer, tf)}, default=str))
 
 
 # ---------------------------------------------------------------------------------------------------

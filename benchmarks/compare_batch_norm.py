@@ -228,7 +228,7 @@ def _speedup(r, key, fq, stat, target, label, failures, where):
     return _cells(r[key][stat], fq, target, label, failures, where) if key in r else []
 
 
-def time_tf(timer, tf):
+def measure_tf_cases(timer, tf):
     """fqcore's and TF's training forward and gradient, interleaved, on every case: the TF columns of
     run() for the kernels another process imported (each ratio against that process's own fqcore time)."""
     fqcore.set_num_threads(1)
@@ -244,7 +244,7 @@ def time_tf(timer, tf):
 
 def run(timer, torch, tf, stat, quick=False, tf_kernels=None, tf_other=None):
     """Measures every case; returns (tables: [(title, intro, header, rows)], notes, results, failures).
-    tf_kernels: which kernels (a key of TARGET_TF) `tf` runs; tf_other: time_tf's cases for the other
+    tf_kernels: which kernels (a key of TARGET_TF) `tf` runs; tf_other: measure_tf_cases's cases for the other
     kernels, from a child process, as {"kernels": ..., "cases": [...]}, or None."""
     fqcore.set_num_threads(1)
     failures, results = [], []

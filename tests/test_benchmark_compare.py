@@ -88,7 +88,7 @@ def test_small_call_and_thread_targets(tmp_path, capsys):
 
 
 def tf_times(kernels, ratio):
-    """What a child process's time_tf returns for the tiny case, TF `ratio` times slower than fqcore."""
+    """What a child process's measure_tf_cases returns for the tiny case, TF `ratio` times slower than fqcore."""
     times = {"fq_fwd": 1e-3, "fq_grad": 2e-3, "tf_fwd": ratio * 1e-3, "tf_grad": ratio * 2e-3}
     return {"kernels": kernels, "tensorflow": "x", "TF_ENABLE_ONEDNN_OPTS": "0" if kernels == "Eigen" else "1",
             "cases": [{"format": "NHWC", "shape": [2, 4, 4, 8], "tf_fallback": {},
