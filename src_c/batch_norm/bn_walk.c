@@ -66,14 +66,14 @@ static const char *at(const void *base, size_t element, size_t element_size) {
 typedef struct {
     const fq_bn_walk *walk;
     const void *dy, *x;
-    const double *center; /* channels-last: per position; channels-first: per lane of each channel */
+    const float *center;  /* channels-last: per position; channels-first: per lane of each channel */
     size_t period, periods, blocks;
     double *partials;     /* channels-last: blocks x (sum_a[period], sum_b[period]);
                              channels-first: per lane of each channel, sum_a then sum_b */
 } sums_job;
 
 static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run_stride,
-                      size_t count, size_t period, const double *center, double *a, double *b,
+                      size_t count, size_t period, const float *center, double *a, double *b,
                       size_t table_stride, size_t readable_after) {
     const fq_bn_walk *w = job->walk;
     const char *x = at(job->x, first, w->element_size);
@@ -113,17 +113,18 @@ static void sums_first_channels(void *context, size_t c0, size_t c1) {
                   job->center + FQ_BN_LANES * c0, a, b, FQ_BN_LANES, 0);
 }
 
-static fq_status sums_first(sums_job *job, const double *center, double *sum_a, double *sum_b) {
+static fq_status sums_first(sums_job *job, const float *center, double *sum_a, double *sum_b) {
     const fq_bn_walk *w = job->walk;
     const size_t channels = w->shape.channels, lanes = FQ_BN_LANES * channels;
-    double *scratch = malloc(sizeof(double) * 3 * lanes);
+    double *scratch = malloc((2 * sizeof(double) + sizeof(float)) * lanes);
     if (scratch == NULL) return FQ_ERR_NO_MEMORY;
+    float *center_by_lane = (float *)(scratch + 2 * lanes);
     for (size_t i = 0; i < lanes; ++i) {
         scratch[i] = scratch[lanes + i] = 0.0;
-        scratch[2 * lanes + i] = center[i / FQ_BN_LANES];
+        center_by_lane[i] = center[i / FQ_BN_LANES];
     }
     job->partials = scratch;
-    job->center = scratch + 2 * lanes;
+    job->center = center_by_lane;
     fq_parallel_for(fq_runtime_threads_for(w->count, channels), channels, sums_first_channels, job);
     for (size_t c = 0; c < channels; ++c) {
         double total_a = 0.0, total_b = 0.0;
@@ -138,7 +139,7 @@ static fq_status sums_first(sums_job *job, const double *center, double *sum_a, 
     return FQ_OK;
 }
 
-static fq_status sums_last(sums_job *job, const double *center, double *sum_a, double *sum_b) {
+static fq_status sums_last(sums_job *job, const float *center, double *sum_a, double *sum_b) {
     const fq_bn_walk *w = job->walk;
     const size_t channels = w->shape.channels;
     job->period = fq_padded_period(channels, BN_MAX_PADDED_PERIOD);
@@ -146,9 +147,9 @@ static fq_status sums_last(sums_job *job, const double *center, double *sum_a, d
     job->blocks = job->periods / BN_MIN_BLOCK_PERIODS;
     if (job->blocks < 1) job->blocks = 1;
     if (job->blocks > BN_MAX_BLOCKS) job->blocks = BN_MAX_BLOCKS;
-    double *scratch = malloc(sizeof(double) * job->period * (2 * job->blocks + 1));
+    double *scratch = malloc((2 * job->blocks * sizeof(double) + sizeof(float)) * job->period);
     if (scratch == NULL) return FQ_ERR_NO_MEMORY;
-    double *center_by_position = scratch + 2 * job->period * job->blocks;
+    float *center_by_position = (float *)(scratch + 2 * job->period * job->blocks);
     for (size_t p = 0; p < job->period; ++p) center_by_position[p] = center[p % channels];
     job->center = center_by_position;
     job->partials = scratch;
@@ -173,7 +174,7 @@ static fq_status sums_last(sums_job *job, const double *center, double *sum_a, d
     return FQ_OK;
 }
 
-fq_status fq_bn_walk_sums(const fq_bn_walk *w, const void *dy, const void *x, const double *center,
+fq_status fq_bn_walk_sums(const fq_bn_walk *w, const void *dy, const void *x, const float *center,
                           double *sum_a, double *sum_b) {
     sums_job job = {w, dy, x, NULL, 0, 0, 0, NULL};
     if (w->count == 0) {

@@ -19,10 +19,11 @@ typedef struct {
 
 void fq_bn_walk_init(fq_bn_walk *walk, fq_dtype dtype, fq_bn_shape shape);
 
-/* Per-channel float64 sums. With dy == NULL, the moments of x about center (sum_a: of x - center,
-   sum_b: of its squares); otherwise sum_a: of dy, sum_b: of dy * (x - center). */
+/* Per-channel float64 sums of float32 runs (bn_kernels.h). With dy == NULL, the moments of x about
+   center (sum_a: of x - center, sum_b: of its squares); otherwise sum_a: of dy, sum_b: of
+   dy * (x - center). */
 fq_status fq_bn_walk_sums(const fq_bn_walk *walk, const void *dy, const void *x,
-                          const double *center, double *sum_a, double *sum_b);
+                          const float *center, double *sum_a, double *sum_b);
 
 /* out = the pass's formula over every element with the per-channel constants of `per_channel`
    (four tables of `channels` floats, all present whatever the pass reads): NORMALIZE reads x,
