@@ -20,10 +20,14 @@
    thread too). Smaller items (32768) made the reversed walk cost up to 10% on data beyond L2 (each
    item restarts the prefetchers); this size still splits every benchmarked shape over 2 threads. */
 #define BN_CHUNK ((size_t)65536)
-/* A pass whose arrays together exceed this (about a shared L3 cache) writes its output with
-   non-temporal stores: the output would leave the cache anyway, and the stores then skip reading
-   each destination line first (a quarter of an np.add-like pass's memory traffic). */
-#define BN_STREAM_MIN_BYTES ((size_t)32 << 20)
+/* A pass whose arrays together exceed this writes its output with non-temporal stores: the stores
+   then skip reading each destination line first (a quarter of an np.add-like pass's memory
+   traffic), and an output this large is unlikely to be read from the cache. At 32 MiB the NHWC
+   64x14x14x256 forward (25.6 MB) was not streamed: with TF and PyTorch interleaved (compare.py,
+   x and y out of the caches at each batch's start) it took 2.0-2.2 ms, streamed 1.42-1.46 ms
+   (Intel Xeon, one thread, three runs); called back to back, with its arrays in L3, streamed is
+   3-5% slower (forward 1.40 -> 1.43-1.46 ms, inference 0.92 -> 0.97 ms). */
+#define BN_STREAM_MIN_BYTES ((size_t)16 << 20)
 
 static const fq_bn_kernels *active_kernels(void) {
     switch (fq_get_isa()) {
