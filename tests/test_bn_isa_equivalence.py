@@ -23,8 +23,10 @@ CASES = [
     ((2, 33, 9, 9), "NCHW"), ((3, 16, 4, 4), "NCHW"), ((2, 5, 17, 1), "NCHW"),
     ((1, 1, 1, 1), "NHWC"), ((0, 3, 4, 5), "NCHW"), ((2, 0, 3, 3), "NHWC"),
 ]
+# (2, 256, 32, 32) NCHW has enough blocks of channels (bn_walk.c) for two threads to take the blocks'
+# sums and passes together, and too few for three or four (those split the sums and the pass apart).
 LARGE_CASES = [((4, 24, 24, 64), "NHWC"), ((4, 64, 24, 24), "NCHW"), ((2, 10, 10, 1000), "NHWC"),
-               ((3, 5, 8, 8, 120), "NDHWC")]
+               ((3, 5, 8, 8, 120), "NDHWC"), ((2, 256, 32, 32), "NCHW")]
 
 
 def channels_of(shape, data_format):

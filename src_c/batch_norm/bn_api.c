@@ -31,11 +31,11 @@ static int any_null(size_t channels, const void *const *arrays, size_t count) {
 
 #define COUNT_OF(array) (sizeof(array) / sizeof((array)[0]))
 
-/* One call's state: per-channel scratch (two float64 sums, the centers, four float32 tables), the
-   walk over the data, and the floating-point mode to restore. */
+/* One call's state: per-channel scratch (two float64 sums, the float32 centers, four float32
+   tables), the walk over the data, and the floating-point mode to restore. */
 typedef struct {
-    double *sum_a, *sum_b, *center;
-    float *a, *b, *c, *d;
+    double *sum_a, *sum_b;
+    float *center, *a, *b, *c, *d;
     void *block;
     fq_bn_walk walk;
     fq_fpenv saved;
@@ -43,12 +43,12 @@ typedef struct {
 
 static fq_status call_begin(call *k, fq_dtype dtype, fq_bn_shape shape) {
     const size_t n = shape.channels > 0 ? shape.channels : 1;
-    k->block = malloc(n * (3 * sizeof(double) + 4 * sizeof(float)));
+    k->block = malloc(n * (2 * sizeof(double) + 5 * sizeof(float)));
     if (k->block == NULL) return FQ_ERR_NO_MEMORY;
     k->sum_a = k->block;
     k->sum_b = k->sum_a + n;
-    k->center = k->sum_b + n;
-    k->a = (float *)(k->center + n);
+    k->center = (float *)(k->sum_b + n);
+    k->a = k->center + n;
     k->b = k->a + n;
     k->c = k->b + n;
     k->d = k->c + n;
@@ -57,29 +57,95 @@ static fq_status call_begin(call *k, fq_dtype dtype, fq_bn_shape shape) {
     return FQ_OK;
 }
 
-/* The elementwise pass with the tables, then the call's end; returns the call's status. */
-static fq_status call_end(call *k, fq_status status, fq_bn_pass pass, const void *dy, const void *x,
-                          void *out) {
-    if (status == FQ_OK && out != NULL) {
-        const fq_bn_table table = {k->a, k->b, k->c, k->d};
-        status = fq_bn_walk_elementwise(&k->walk, pass, dy, x, out, &table);
-    }
+/* The call's end; returns its status. */
+static fq_status call_close(call *k, fq_status status) {
     fq_fpenv_leave(k->saved);
     free(k->block);
     return status;
+}
+
+static fq_bn_table call_table(const call *k) {
+    const fq_bn_table table = {k->a, k->b, k->c, k->d};
+    return table;
 }
 
 static double inverse_sqrt(double variance, float epsilon) {
     return 1.0 / sqrt(variance + (double)epsilon);
 }
 
-/* Sums are taken about a shift near the data (the channel's first element), so a mean far from
-   zero costs no precision: with shift K, n * var = sum (x - K)^2 - (sum (x - K))^2 / n, and since
-   (K - mean)^2 <= n * var, the cancellation loses at most a factor n of float64 precision. A
-   non-finite first element shifts by 0, so infinities reach the mean as TF's sums carry them. */
-static double shift_of(const void *x, fq_dtype dtype, size_t element) {
-    const double value = (double)fq_load_element(x, element, dtype);
-    return isfinite(value) ? value : 0.0;
+/* Sums are taken about a shift K near the channel's mean, so a mean far from zero costs no
+   precision: x - K is then exact (Sterbenz) and small, and n * var = sum (x - K)^2 -
+   (sum (x - K))^2 / n cancels only the part (K - mean)^2 / var of the float32 runs' rounding
+   (relative 2^-24 a run element). K is the mean of the finite ones among the channel's first
+   BN_SHIFT_SAMPLE elements, rounded to float32, so (K - mean)^2 / var is about
+   1 / BN_SHIFT_SAMPLE for data in random order; the first element alone (the shift before the
+   float32 runs) is a sample of one, and a 4-sigma first element makes it 16. Without a finite
+   element the shift is 0, so infinities reach the mean as TF's sums carry them. */
+#define BN_SHIFT_SAMPLE ((size_t)16)
+
+static float shift_of(const void *x, fq_dtype dtype, fq_bn_shape shape, size_t per_channel,
+                      size_t c) {
+    const size_t sample = per_channel < BN_SHIFT_SAMPLE ? per_channel : BN_SHIFT_SAMPLE;
+    const int last = shape.layout == FQ_BN_CHANNELS_LAST;
+    /* The channel's k-th element: channels-last, row k; channels-first, the next one along its
+       runs of `inner` (no division per element: 16 of them for each of 256 channels cost 30 us). */
+    size_t element = last ? c : c * shape.inner, left_in_run = last ? 0 : shape.inner;
+    double total = 0.0;
+    size_t finite = 0;
+    for (size_t k = 0; k < sample; ++k) {
+        const double value = (double)fq_load_element(x, element, dtype);
+        if (isfinite(value)) {
+            total += value;
+            ++finite;
+        }
+        if (last) {
+            element += shape.channels;
+        } else if (--left_in_run > 0) {
+            ++element;
+        } else {
+            element += (shape.channels - 1) * shape.inner + 1;
+            left_in_run = shape.inner;
+        }
+    }
+    return finite > 0 ? (float)(total / (double)finite) : 0.0f;
+}
+
+/* The forward's per-channel step: statistics from the sums, and y's constants. */
+typedef struct {
+    call *pc;
+    const float *scale, *offset, *mean_in, *variance_in;
+    float *batch_mean, *batch_variance, *saved_mean, *saved_variance;
+    float epsilon;
+    int running;
+    double count, bessel, factor;
+} forward_step;
+
+static void forward_finish(void *context, size_t c0, size_t c1) {
+    const forward_step *f = context;
+    call *pc = f->pc;
+    for (size_t c = c0; c < c1; ++c) {
+        const double deviation = pc->sum_a[c] / f->count;
+        const double mean = (double)pc->center[c] + deviation;
+        double variance = pc->sum_b[c] / f->count - deviation * deviation;
+        if (variance < 0.0) variance = 0.0;
+        f->saved_mean[c] = (float)mean;
+        f->saved_variance[c] = (float)variance;
+        if (f->running) {
+            f->batch_mean[c] =
+                (float)((1.0 - f->factor) * (double)f->mean_in[c] + f->factor * mean);
+            f->batch_variance[c] = (float)((1.0 - f->factor) * (double)f->variance_in[c] +
+                                           f->factor * f->bessel * variance);
+        } else {
+            f->batch_mean[c] = (float)mean;
+            f->batch_variance[c] = (float)(variance * f->bessel);
+        }
+        /* The mean as a float32 pair: x - hi is exact near the mean, so y keeps the float64
+           mean. */
+        pc->a[c] = (float)mean;
+        pc->b[c] = (float)(mean - (double)pc->a[c]);
+        pc->c[c] = (float)(inverse_sqrt(variance, f->epsilon) * (double)f->scale[c]);
+        pc->d[c] = f->offset[c];
+    }
 }
 
 fq_status fq_bn_forward_training(const void *x, fq_dtype dtype, fq_bn_shape shape,
@@ -99,36 +165,15 @@ fq_status fq_bn_forward_training(const void *x, fq_dtype dtype, fq_bn_shape shap
     call pc;
     if ((status = call_begin(&pc, dtype, shape)) != FQ_OK) return status;
     const size_t n = pc.walk.per_channel;
-    for (size_t c = 0; c < channels; ++c) {
-        const size_t first = shape.layout == FQ_BN_CHANNELS_LAST ? c : c * shape.inner;
-        pc.center[c] = pc.walk.count > 0 ? shift_of(x, dtype, first) : 0.0;
-    }
-    status = fq_bn_walk_sums(&pc.walk, NULL, x, pc.center, pc.sum_a, pc.sum_b);
+    for (size_t c = 0; c < channels; ++c) pc.center[c] = shift_of(x, dtype, pc.walk.shape, n, c);
     const double count = (double)n;
-    const double bessel = count / (n > 1 ? (double)(n - 1) : 1.0);
-    const double factor = (double)exponential_avg_factor;
-    for (size_t c = 0; status == FQ_OK && c < channels; ++c) {
-        const double deviation = pc.sum_a[c] / count;
-        const double mean = pc.center[c] + deviation;
-        double variance = pc.sum_b[c] / count - deviation * deviation;
-        if (variance < 0.0) variance = 0.0;
-        saved_mean[c] = (float)mean;
-        saved_variance[c] = (float)variance;
-        if (running) {
-            batch_mean[c] = (float)((1.0 - factor) * (double)mean_in[c] + factor * mean);
-            batch_variance[c] =
-                (float)((1.0 - factor) * (double)variance_in[c] + factor * bessel * variance);
-        } else {
-            batch_mean[c] = (float)mean;
-            batch_variance[c] = (float)(variance * bessel);
-        }
-        /* The mean as a float32 pair: x - hi is exact near the mean, so y keeps the float64 mean. */
-        pc.a[c] = (float)mean;
-        pc.b[c] = (float)(mean - (double)pc.a[c]);
-        pc.c[c] = (float)(inverse_sqrt(variance, epsilon) * (double)scale[c]);
-        pc.d[c] = offset[c];
-    }
-    return call_end(&pc, status, FQ_BN_NORMALIZE, NULL, x, y);
+    forward_step step = {&pc, scale, offset, mean_in, variance_in, batch_mean, batch_variance,
+                         saved_mean, saved_variance, epsilon, running, count,
+                         count / (n > 1 ? (double)(n - 1) : 1.0), (double)exponential_avg_factor};
+    const fq_bn_table table = call_table(&pc);
+    status = fq_bn_walk_fused(&pc.walk, FQ_BN_NORMALIZE, NULL, x, y, pc.center, pc.sum_a, pc.sum_b,
+                              forward_finish, &step, &table);
+    return call_close(&pc, status);
 }
 
 fq_status fq_bn_forward_inference(const void *x, fq_dtype dtype, fq_bn_shape shape,
@@ -147,7 +192,37 @@ fq_status fq_bn_forward_inference(const void *x, fq_dtype dtype, fq_bn_shape sha
         pc.c[c] = (float)(inverse_sqrt((double)variance[c], epsilon) * (double)scale[c]);
         pc.d[c] = offset[c];
     }
-    return call_end(&pc, FQ_OK, FQ_BN_NORMALIZE, NULL, x, y);
+    const fq_bn_table table = call_table(&pc);
+    return call_close(&pc, fq_bn_walk_elementwise(&pc.walk, FQ_BN_NORMALIZE, NULL, x, y, &table));
+}
+
+/* The gradient's per-channel step: scale and offset backprop from the sums, and dx's constants. */
+typedef struct {
+    call *pc;
+    const float *scale, *mean, *variance;
+    float *scale_backprop, *offset_backprop;
+    float epsilon;
+    int is_training;
+    double count;
+} grad_step;
+
+static void grad_finish(void *context, size_t c0, size_t c1) {
+    const grad_step *g = context;
+    call *pc = g->pc;
+    for (size_t c = c0; c < c1; ++c) {
+        const double coef = inverse_sqrt((double)g->variance[c], g->epsilon);
+        g->offset_backprop[c] = (float)pc->sum_a[c];
+        g->scale_backprop[c] = (float)(pc->sum_b[c] * coef);
+        if (g->is_training) {
+            pc->a[c] = (float)(pc->sum_a[c] / g->count);
+            pc->b[c] = g->mean[c];
+            pc->c[c] = (float)(coef * coef * (pc->sum_b[c] / g->count));
+            pc->d[c] = (float)((double)g->scale[c] * coef);
+        } else {
+            pc->a[c] = (float)(coef * (double)g->scale[c]);
+            pc->b[c] = pc->c[c] = pc->d[c] = 0.0f;
+        }
+    }
 }
 
 fq_status fq_bn_grad(const void *y_backprop, const void *x, fq_dtype dtype, fq_bn_shape shape,
@@ -163,23 +238,12 @@ fq_status fq_bn_grad(const void *y_backprop, const void *x, fq_dtype dtype, fq_b
         return FQ_ERR_NULL_POINTER;
     call pc;
     if ((status = call_begin(&pc, dtype, shape)) != FQ_OK) return status;
-    for (size_t c = 0; c < channels; ++c) pc.center[c] = (double)mean[c];
-    status = fq_bn_walk_sums(&pc.walk, y_backprop, x, pc.center, pc.sum_a, pc.sum_b);
-    const double count = (double)pc.walk.per_channel;
-    for (size_t c = 0; status == FQ_OK && c < channels; ++c) {
-        const double coef = inverse_sqrt((double)variance[c], epsilon);
-        offset_backprop[c] = (float)pc.sum_a[c];
-        scale_backprop[c] = (float)(pc.sum_b[c] * coef);
-        if (is_training) {
-            pc.a[c] = (float)(pc.sum_a[c] / count);
-            pc.b[c] = mean[c];
-            pc.c[c] = (float)(coef * coef * (pc.sum_b[c] / count));
-            pc.d[c] = (float)((double)scale[c] * coef);
-        } else {
-            pc.a[c] = (float)(coef * (double)scale[c]);
-            pc.b[c] = pc.c[c] = pc.d[c] = 0.0f;
-        }
-    }
-    return call_end(&pc, status, is_training ? FQ_BN_BACKPROP : FQ_BN_SCALE, y_backprop, x,
-                    x_backprop);
+    for (size_t c = 0; c < channels; ++c) pc.center[c] = mean[c];
+    grad_step step = {&pc, scale, mean, variance, scale_backprop, offset_backprop, epsilon,
+                      is_training, (double)pc.walk.per_channel};
+    const fq_bn_table table = call_table(&pc);
+    status = fq_bn_walk_fused(&pc.walk, is_training ? FQ_BN_BACKPROP : FQ_BN_SCALE, y_backprop, x,
+                              x_backprop, pc.center, pc.sum_a, pc.sum_b, grad_finish, &step,
+                              &table);
+    return call_close(&pc, status);
 }

@@ -42,18 +42,12 @@ static inline void bn_store_bf16(uint16_t *p, bn_vf v) {
 static inline bn_vf bn_add_f(bn_vf a, bn_vf b) { return _mm256_add_ps(a, b); }
 static inline bn_vf bn_sub_f(bn_vf a, bn_vf b) { return _mm256_sub_ps(a, b); }
 static inline bn_vf bn_mul_f(bn_vf a, bn_vf b) { return _mm256_mul_ps(a, b); }
+static inline bn_vf bn_fma_f(bn_vf a, bn_vf b, bn_vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline bn_vd bn_low_d(bn_vf v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
 static inline bn_vd bn_high_d(bn_vf v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
-static inline bn_vd bn_load_f32_d(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
 static inline bn_vd bn_load_d(const double *p) { return _mm256_loadu_pd(p); }
 static inline void bn_store_d(double *p, bn_vd v) { _mm256_storeu_pd(p, v); }
 static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return _mm256_add_pd(a, b); }
-static inline bn_vd bn_sub_d(bn_vd a, bn_vd b) { return _mm256_sub_pd(a, b); }
-static inline bn_vd bn_fma_d(bn_vd a, bn_vd b, bn_vd c) { return _mm256_fmadd_pd(a, b, c); }
-/* The plain operations: issued on the FMA pipes as in bn_avx512.c, they made the NCHW
-   64x256x14x14 forward about 10% slower on Zen 4 (eight alternating processes each way). */
-static inline bn_vd bn_add_d_on_fma(bn_vd a, bn_vd b) { return bn_add_d(a, b); }
-static inline bn_vd bn_sub_d_on_fma(bn_vd a, bn_vd b) { return bn_sub_d(a, b); }
 #define BN_STREAM_ALIGN 32
 static inline void bn_stream_f32(float *p, bn_vf v) { _mm256_stream_ps(p, v); }
 static inline void bn_stream_fence(void) { _mm_sfence(); }

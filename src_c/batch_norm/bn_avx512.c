@@ -60,25 +60,17 @@ static inline void bn_store_partial_bf16(uint16_t *p, size_t n, bn_vf v) {
 static inline __m512d bn_add_d_n(__m512d acc, __m512d v, size_t n) {
     return _mm512_mask_add_pd(acc, (__mmask8)((1u << n) - 1u), acc, v);
 }
-static inline __m512d bn_fma_d_n(__m512d a, __m512d b, __m512d acc, size_t n) {
-    return _mm512_mask3_fmadd_pd(a, b, acc, (__mmask8)((1u << n) - 1u));
-}
 static inline bn_vf bn_add_f(bn_vf a, bn_vf b) { return _mm512_add_ps(a, b); }
 static inline bn_vf bn_sub_f(bn_vf a, bn_vf b) { return _mm512_sub_ps(a, b); }
 static inline bn_vf bn_mul_f(bn_vf a, bn_vf b) { return _mm512_mul_ps(a, b); }
+static inline bn_vf bn_fma_f(bn_vf a, bn_vf b, bn_vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline bn_vd bn_low_d(bn_vf v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
 static inline bn_vd bn_high_d(bn_vf v) {
     return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
-static inline bn_vd bn_load_f32_d(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
 static inline bn_vd bn_load_d(const double *p) { return _mm512_loadu_pd(p); }
 static inline void bn_store_d(double *p, bn_vd v) { _mm512_storeu_pd(p, v); }
 static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return _mm512_add_pd(a, b); }
-static inline bn_vd bn_sub_d(bn_vd a, bn_vd b) { return _mm512_sub_pd(a, b); }
-static inline bn_vd bn_fma_d(bn_vd a, bn_vd b, bn_vd c) { return _mm512_fmadd_pd(a, b, c); }
-/* a + b and a - b as a * 1 + b and a * 1 - b: the same rounding, on the FMA pipes (see bn_simd.h). */
-static inline bn_vd bn_add_d_on_fma(bn_vd a, bn_vd b) { return _mm512_fmadd_pd(a, _mm512_set1_pd(1.0), b); }
-static inline bn_vd bn_sub_d_on_fma(bn_vd a, bn_vd b) { return _mm512_fmsub_pd(a, _mm512_set1_pd(1.0), b); }
 #define BN_STREAM_ALIGN 64
 static inline void bn_stream_f32(float *p, bn_vf v) { _mm512_stream_ps(p, v); }
 static inline void bn_stream_fence(void) { _mm_sfence(); }

@@ -2,6 +2,7 @@
 #ifndef FQ_BN_KERNELS_H
 #define FQ_BN_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 
 #include "../include/fqcore.h"
@@ -58,24 +59,52 @@ static inline fq_bn_table fq_bn_table_of_run(const fq_bn_table *t, size_t j, siz
     return moved;
 }
 
+/* The sums add each position's elements in float32 runs of FQ_BN_SUM_RUN rows: within one kernel
+   run, a position's elements of rows [k * FQ_BN_SUM_RUN, (k + 1) * FQ_BN_SUM_RUN) (fewer for the last
+   whole rows), and its element in a cut-short last period alone, are added up in float32 in row order,
+   each run starting from its first element, and the run is then added into the position's float64
+   accumulator, run after run. Centers are float32, so the centered value x - center is a float32
+   (exact whenever x is within a factor 2 of the center, as near the mean: Sterbenz). */
+#define FQ_BN_SUM_RUN 4
+
+/* One float32 run of `n` >= 1 elements of a position, from element i in steps of `step`: with
+   dy == NULL the sums of a = x - center and of a * a, else of dy and of dy * a (products fused
+   into the run: fmaf, one rounding), added into *sum_a and *sum_b. The scalar kernels, and every
+   SIMD tail, use exactly this. */
+static inline void fq_bn_sum_run(const void *dy, const void *x, fq_dtype dtype, size_t i, size_t step,
+                                 size_t n, float center, double *sum_a, double *sum_b) {
+    float a = fq_load_element(x, i, dtype) - center;
+    float g = dy == NULL ? a : fq_load_element(dy, i, dtype);
+    float run_a = g, run_b = g * a;
+    for (size_t k = 1; k < n; ++k) {
+        i += step;
+        a = fq_load_element(x, i, dtype) - center;
+        g = dy == NULL ? a : fq_load_element(dy, i, dtype);
+        run_a += g;
+        run_b = fmaf(g, a, run_b);
+    }
+    *sum_a += (double)run_a;
+    *sum_b += (double)run_b;
+}
+
 /* One ISA's kernels. Inputs are valid and the thread is already in flush-to-zero mode. Sums are
-   added, element by element in index order (run after run), into the float64 accumulators of each
-   position; the SIMD kernels keep that order per position (they vectorize across positions only).
-   Every kernel moves its tables (per-position values and accumulators) on by table_stride entries
-   from one run to the next: 0 when all runs share them. The elementwise tables hold
-   period + FQ_BN_LANES entries, the last ones repeating the first, so a vector may cross the end
-   of a period; `stream` asks for float32 output to bypass the caches (it is too large to stay).
-   The sums may prefetch (never read) the `readable_after` elements that follow the last run: a
-   caller that splits one array into consecutive calls lets each call fetch the next one's start. */
+   added into the float64 accumulators of each position in float32 runs (FQ_BN_SUM_RUN), run after
+   run in index order; the SIMD kernels keep that order per position (they vectorize across
+   positions only). Every kernel moves its tables (per-position values and accumulators) on by
+   table_stride entries from one run to the next: 0 when all runs share them. The elementwise
+   tables hold period + FQ_BN_LANES entries, the last ones repeating the first, so a vector may
+   cross the end of a period; `stream` asks for float32 output to bypass the caches (it is too
+   large to stay). The sums may prefetch (never read) the `readable_after` elements that follow the
+   last run: a caller that splits one array into consecutive calls lets each call fetch the next
+   one's start. */
 typedef struct {
-    /* a = (double)x - shift[p]; sum[p] += a; sum_sq[p] = fma(a, a, sum_sq[p]) (fused: one
-       rounding, on every ISA). */
+    /* The float32 runs (fq_bn_sum_run) of a = x - shift[p] and a * a into sum[p], sum_sq[p]. */
     void (*moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride, size_t count,
-                    size_t period, const double *shift, double *sum, double *sum_sq,
+                    size_t period, const float *shift, double *sum, double *sum_sq,
                     size_t table_stride, size_t readable_after);
-    /* a = (double)x - mean[p]; d = (double)dy; sum_dy[p] += d; sum_dy_xc[p] = fma(d, a, ...). */
+    /* The float32 runs of dy and dy * (x - mean[p]) into sum_dy[p], sum_dy_xc[p]. */
     void (*grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
-                      size_t run_stride, size_t count, size_t period, const double *mean,
+                      size_t run_stride, size_t count, size_t period, const float *mean,
                       double *sum_dy, double *sum_dy_xc, size_t table_stride,
                       size_t readable_after);
     /* y = fq_bn_normalize_one(x, a[p], b[p], c[p], d[p]). */

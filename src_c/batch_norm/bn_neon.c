@@ -6,7 +6,7 @@
 #include <arm_neon.h>
 #include <stdint.h>
 
-/* No FMA: arm_neon.h writes vmulq/vaddq as plain C operators, so this file relies on
+/* No contraction: arm_neon.h writes vmulq/vaddq as plain C operators, so this file relies on
    -ffp-contract=off (setup.py, tests/c/Makefile) as bn_scalar.c does.
 
    FPCR.FZ is set while the kernels run (fpenv.c). The half-precision converts follow the
@@ -50,17 +50,12 @@ static inline void bn_store_bf16(uint16_t *p, bn_vf v) {
 static inline bn_vf bn_add_f(bn_vf a, bn_vf b) { return vaddq_f32(a, b); }
 static inline bn_vf bn_sub_f(bn_vf a, bn_vf b) { return vsubq_f32(a, b); }
 static inline bn_vf bn_mul_f(bn_vf a, bn_vf b) { return vmulq_f32(a, b); }
+static inline bn_vf bn_fma_f(bn_vf a, bn_vf b, bn_vf c) { return vfmaq_f32(c, a, b); }
 static inline bn_vd bn_low_d(bn_vf v) { return vcvt_f64_f32(vget_low_f32(v)); }
 static inline bn_vd bn_high_d(bn_vf v) { return vcvt_high_f64_f32(v); }
-static inline bn_vd bn_load_f32_d(const float *p) { return vcvt_f64_f32(vld1_f32(p)); }
 static inline bn_vd bn_load_d(const double *p) { return vld1q_f64(p); }
 static inline void bn_store_d(double *p, bn_vd v) { vst1q_f64(p, v); }
 static inline bn_vd bn_add_d(bn_vd a, bn_vd b) { return vaddq_f64(a, b); }
-static inline bn_vd bn_sub_d(bn_vd a, bn_vd b) { return vsubq_f64(a, b); }
-static inline bn_vd bn_fma_d(bn_vd a, bn_vd b, bn_vd c) { return vfmaq_f64(c, a, b); }
-/* NEON has no a * b - c that keeps a NaN c's sign, and its adds and FMAs share pipes anyway. */
-static inline bn_vd bn_add_d_on_fma(bn_vd a, bn_vd b) { return bn_add_d(a, b); }
-static inline bn_vd bn_sub_d_on_fma(bn_vd a, bn_vd b) { return bn_sub_d(a, b); }
 /* A plain store: AArch64's non-temporal STNP is only a hint, and an asm statement for it would keep
    the compiler from scheduling the loop's other loads and stores around it. */
 #define BN_STREAM_ALIGN 16

@@ -4,36 +4,39 @@
 #include "bn_convert.h"
 #include "bn_kernels.h"
 
-static void moments__scalar(const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
-                            size_t count, size_t period, const double *shift, double *sum,
-                            double *sum_sq, size_t table_stride, size_t readable_after) {
-    (void)readable_after;
+/* Each run's positions, whole rows in float32 runs of FQ_BN_SUM_RUN, then the cut-short last
+   period's elements as runs of one. */
+static void sums__scalar(const void *dy, const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
+                         size_t count, size_t period, const float *center, double *sum_a,
+                         double *sum_b, size_t table_stride) {
+    const size_t rows = count / period;
     for (size_t j = 0; j < runs; ++j) {
-        const size_t t = j * table_stride;
-        for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
-            const double a = (double)fq_load_element(x, i, dtype) - shift[t + p];
-            sum[t + p] += a;
-            sum_sq[t + p] = fma(a, a, sum_sq[t + p]);
-            if (++p == period) p = 0;
+        const size_t run = j * run_stride, t = j * table_stride;
+        for (size_t r = 0; r < rows; r += FQ_BN_SUM_RUN) {
+            const size_t n = rows - r < FQ_BN_SUM_RUN ? rows - r : FQ_BN_SUM_RUN;
+            for (size_t p = 0; p < period; ++p)
+                fq_bn_sum_run(dy, x, dtype, run + r * period + p, period, n, center[t + p], &sum_a[t + p],
+                              &sum_b[t + p]);
         }
+        for (size_t p = 0; rows * period + p < count; ++p)
+            fq_bn_sum_run(dy, x, dtype, run + rows * period + p, period, 1, center[t + p], &sum_a[t + p],
+                          &sum_b[t + p]);
     }
 }
 
+static void moments__scalar(const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
+                            size_t count, size_t period, const float *shift, double *sum,
+                            double *sum_sq, size_t table_stride, size_t readable_after) {
+    (void)readable_after;
+    sums__scalar(NULL, x, dtype, runs, run_stride, count, period, shift, sum, sum_sq, table_stride);
+}
+
 static void grad_sums__scalar(const void *dy, const void *x, fq_dtype dtype, size_t runs,
-                              size_t run_stride, size_t count, size_t period, const double *mean,
+                              size_t run_stride, size_t count, size_t period, const float *mean,
                               double *sum_dy, double *sum_dy_xc, size_t table_stride,
                               size_t readable_after) {
     (void)readable_after;
-    for (size_t j = 0; j < runs; ++j) {
-        const size_t t = j * table_stride;
-        for (size_t i = j * run_stride, end = i + count, p = 0; i < end; ++i) {
-            const double d = (double)fq_load_element(dy, i, dtype);
-            const double a = (double)fq_load_element(x, i, dtype) - mean[t + p];
-            sum_dy[t + p] += d;
-            sum_dy_xc[t + p] = fma(d, a, sum_dy_xc[t + p]);
-            if (++p == period) p = 0;
-        }
-    }
+    sums__scalar(dy, x, dtype, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, table_stride);
 }
 
 static void pass__scalar(fq_bn_pass pass, const void *dy, const void *x, void *out, fq_dtype dtype,

@@ -2,31 +2,28 @@
    includes this file, which defines that ISA's kernel table `FQ_BN_TABLE`:
 
      BN_W                  floats per vector (even); BN_STRIP_VECTORS: vectors of sums kept in
-                           registers at once (4 vectors hold 4 * BN_W positions, two float64 halves
-                           each, for two sums and the center: 6 registers a vector)
+                           registers at once (4 vectors hold 4 * BN_W positions: for the center
+                           and the two float32 runs one register each, for the two float64 sums
+                           two halves each: 7 registers a vector)
      bn_vf, bn_vd          float32 and float64 vectors (bn_vd holds BN_W / 2 lanes)
      bn_load_f32/f16/bf16  BN_W elements -> bn_vf (exact)
      bn_store_f32/f16/bf16 bn_vf -> BN_W elements, rounded to nearest even as bn_convert.h does
      bn_add/sub/mul_f      bn_vf arithmetic
+     bn_fma_f              a * b + c on bn_vf, rounded once (fmaf)
      bn_low_d, bn_high_d   the first / last BN_W / 2 floats of a bn_vf as a bn_vd
-     bn_load_f32_d         BN_W / 2 floats -> bn_vd (one convert, no lane shuffle)
-     bn_load_d, bn_store_d, bn_add_d, bn_sub_d, bn_fma_d (a * b + c, rounded once)
-     bn_add_d_on_fma, bn_sub_d_on_fma
-                           a + b and a - b, rounded once as bn_add_d / bn_sub_d round them (NaNs
-                           included), issued where the ISA is best served: AVX-512 as a * 1 +/- b
-                           on the FMA units (for the sums, below)
+     bn_load_d, bn_store_d, bn_add_d
      BN_HAS_PARTIAL        optional: bn_load_partial_f32/f16/bf16(p, n) and
                            bn_store_partial_f32/f16/bf16(p, n, v) for the first n < BN_W lanes;
-                           bn_add_d_n(acc, v, n), bn_fma_d_n(a, b, acc, n): the operation in the
-                           first n lanes, acc unchanged in the others
+                           bn_add_d_n(acc, v, n): acc + v in the first n lanes, acc unchanged in
+                           the others
      bn_stream_f32         a non-temporal store of a bn_vf to a BN_STREAM_ALIGN-byte aligned
                            address (a plain store where the ISA has none); bn_stream_fence()
                            orders those stores before the kernel returns
 
-   Vectors run across positions only: each position's sums still add its elements one by one in
-   index order, and each element sees the scalar formula's operations in the same order, so the
-   results equal bn_scalar.c bit for bit. Whatever does not fill a vector goes through the scalar
-   formulas of bn_kernels.h / bn_convert.h. */
+   Vectors run across positions only: each position's sums still add its elements in the float32
+   runs of bn_kernels.h, run after run in index order, and each element sees the scalar formula's
+   operations in the same order, so the results equal bn_scalar.c bit for bit. Whatever does not
+   fill a vector goes through the scalar formulas of bn_kernels.h / bn_convert.h. */
 #include <math.h>
 #include <stdint.h>
 
@@ -78,102 +75,93 @@ BN_INLINE void store_n(void *out, size_t i, size_t n, fq_dtype dtype, bn_vf v) {
 }
 #endif
 
-/* ---- Sums: strips of vectors of positions, down groups of periods ---- */
+/* ---- Sums: strips of vectors of positions, down groups of periods, in float32 runs ---- */
 
-/* One element through the scalar formula of the sums. */
-BN_INLINE void sums_one(const void *dy, const void *x, fq_dtype dtype, size_t i, size_t p,
-                        const double *center, double *sum_a, double *sum_b) {
-    const double a = (double)fq_load_element(x, i, dtype) - center[p];
-    if (dy == NULL) {
-        sum_a[p] += a;
-        sum_b[p] = fma(a, a, sum_b[p]);
+/* The row of a vector of positions at element i (lanes [0, n)), centered on c, starts its float32
+   runs ra, rb (first) or adds to them, with fq_bn_sum_run's operations. */
+BN_INLINE void run_add(const void *dy, const void *x, fq_dtype dtype, size_t i, size_t n, bn_vf c,
+                       bn_vf *ra, bn_vf *rb, int first) {
+    const bn_vf a = bn_sub_f(bn_load_n(x, i, n, dtype), c);
+    const bn_vf g = dy == NULL ? a : bn_load_n(dy, i, n, dtype);
+    if (first) {
+        *ra = g;
+        *rb = bn_mul_f(g, a);
     } else {
-        const double d = (double)fq_load_element(dy, i, dtype);
-        sum_a[p] += d;
-        sum_b[p] = fma(d, a, sum_b[p]);
+        *ra = bn_add_f(*ra, g);
+        *rb = bn_fma_f(g, a, *rb);
     }
 }
 
-/* BN_W elements at i as two float64 vectors. */
-BN_INLINE void widen(const void *base, size_t i, fq_dtype dtype, bn_vd *lo, bn_vd *hi) {
-    if (dtype == FQ_DTYPE_F32) {
-        *lo = bn_load_f32_d((const float *)base + i);
-        *hi = bn_load_f32_d((const float *)base + i + BN_W / 2);
-    } else {
-        const bn_vf v = bn_load(base, i, dtype);
-        *lo = bn_low_d(v);
-        *hi = bn_high_d(v);
-    }
-}
-
-/* The elements [i, i + n) of a vector (n <= BN_W; n < BN_W needs BN_HAS_PARTIAL) added into the
-   float64 accumulators a[0..1], b[0..1] of their positions, whose centers are c[0..1], with the
-   scalar formula's operations; lanes past n are left alone (and their memory is not read). */
-BN_INLINE void sums_vector(const void *dy, const void *x, fq_dtype dtype, size_t i, size_t n,
-                           const bn_vd *c, bn_vd *a, bn_vd *b) {
-    bn_vd lo, hi, glo, ghi;
+/* Lanes [0, n) of a vector's runs added into its float64 accumulators a[0..1], b[0..1] (n < BN_W
+   needs BN_HAS_PARTIAL); the other lanes are left alone. */
+BN_INLINE void run_flush(bn_vf ra, bn_vf rb, size_t n, bn_vd *a, bn_vd *b) {
 #ifdef BN_HAS_PARTIAL
     if (n < BN_W) {
         const size_t low = n < BN_W / 2 ? n : BN_W / 2;
-        const bn_vf xv = bn_load_n(x, i, n, dtype);
-        lo = bn_sub_d(bn_low_d(xv), c[0]);
-        hi = bn_sub_d(bn_high_d(xv), c[1]);
-        glo = lo;
-        ghi = hi;
-        if (dy != NULL) {
-            const bn_vf gv = bn_load_n(dy, i, n, dtype);
-            glo = bn_low_d(gv);
-            ghi = bn_high_d(gv);
-        }
-        a[0] = bn_add_d_n(a[0], glo, low);
-        b[0] = bn_fma_d_n(glo, lo, b[0], low);
+        a[0] = bn_add_d_n(a[0], bn_low_d(ra), low);
+        b[0] = bn_add_d_n(b[0], bn_low_d(rb), low);
         if (n > BN_W / 2) {
-            a[1] = bn_add_d_n(a[1], ghi, n - low);
-            b[1] = bn_fma_d_n(ghi, hi, b[1], n - low);
+            a[1] = bn_add_d_n(a[1], bn_high_d(ra), n - low);
+            b[1] = bn_add_d_n(b[1], bn_high_d(rb), n - low);
         }
         return;
     }
 #endif
     (void)n;
-    widen(x, i, dtype, &lo, &hi);
-    /* On Zen 4 (AVX-512) the float64 conversions, additions and subtractions appear to queue on
-       two pipes while the FMA pipes idle: issuing the subtractions (and the gradient's additions)
-       as FMAs measured faster (L2-resident, period 64: moments 6.7 -> 6.1 us, gradient sums
-       9.8 -> 8.4 us for 64K elements; a moments addition on the FMAs was slower). */
-    lo = bn_sub_d_on_fma(lo, c[0]);
-    hi = bn_sub_d_on_fma(hi, c[1]);
-    if (dy == NULL) {
-        a[0] = bn_add_d(a[0], lo);
-        a[1] = bn_add_d(a[1], hi);
-        b[0] = bn_fma_d(lo, lo, b[0]);
-        b[1] = bn_fma_d(hi, hi, b[1]);
-    } else {
-        widen(dy, i, dtype, &glo, &ghi);
-        a[0] = bn_add_d_on_fma(a[0], glo);
-        a[1] = bn_add_d_on_fma(a[1], ghi);
-        b[0] = bn_fma_d(glo, lo, b[0]);
-        b[1] = bn_fma_d(ghi, hi, b[1]);
+    a[0] = bn_add_d(a[0], bn_low_d(ra));
+    a[1] = bn_add_d(a[1], bn_high_d(ra));
+    b[0] = bn_add_d(b[0], bn_low_d(rb));
+    b[1] = bn_add_d(b[1], bn_high_d(rb));
+}
+
+/* One float32 run of `n` rows (a constant where inlined: the rows unroll) of `vectors` vectors of
+   positions, the rows `period` elements apart from element i, flushed into the accumulators;
+   each row first prefetches one strip width of bytes from prefetch_x (and prefetch_dy), one after
+   the other (NULL: none), `step` bytes on from row to row. */
+BN_INLINE void strip_run(const void *dy, const void *x, fq_dtype dtype, size_t i, size_t period,
+                         const size_t n, const bn_vf *c, bn_vd *a, bn_vd *b, const char *prefetch_x,
+                         const char *prefetch_dy, size_t step, const int vectors) {
+    bn_vf ra[BN_STRIP_VECTORS], rb[BN_STRIP_VECTORS];
+    for (size_t k = 0; k < n; ++k, i += period) {
+        if (prefetch_x != NULL) {
+            for (size_t line = 0; line < step; line += 64) {
+                __builtin_prefetch(prefetch_x + k * step + line);
+                if (prefetch_dy != NULL) __builtin_prefetch(prefetch_dy + k * step + line);
+            }
+        }
+        for (int v = 0; v < vectors; ++v)
+            run_add(dy, x, dtype, i + (size_t)v * BN_W, BN_W, c[v], &ra[v], &rb[v], k == 0);
     }
+    for (int v = 0; v < vectors; ++v) run_flush(ra[v], rb[v], BN_W, &a[2 * v], &b[2 * v]);
 }
 
 /* One vector of positions (center, sum_a and sum_b point at its first) over `count` elements from
-   i, taken as rows of BN_W, then the cut-short last row where the ISA has partial vectors, with the
-   accumulators in registers from start to end. Serves periods of one vector (with 16 lanes:
-   channels-first data, channels-last with C dividing 16), run by run, and the cut-short last period
-   of wider ones, vector by vector. Through the strips, a run of 196 elements paid for storing the
-   accumulators and reloading them for its last period: 0.19 -> 0.16 ns an element in L2 for the
-   gradient sums, 0.12 -> 0.10-0.11 for the moments (NCHW 1x256x14x14, AVX-512). Returns the first
-   element left (the cut-short row without partial vectors). */
+   i, taken as rows of BN_W in float32 runs, then the cut-short last row (a run of its own) where
+   the ISA has partial vectors, with the accumulators in registers from start to end. Serves
+   periods of one vector (with 16 lanes: channels-first data, channels-last with C dividing 16), run
+   by run, and the cut-short last period of wider ones, vector by vector. Through the strips, a run
+   of 196 elements paid for storing the accumulators and reloading them for its last period:
+   0.19 -> 0.16 ns an element in L2 for the gradient sums, 0.12 -> 0.10-0.11 for the moments (NCHW
+   1x256x14x14, AVX-512, float64 per element). Returns the first element left (the cut-short row
+   without partial vectors). */
 BN_INLINE size_t sums_one_vector_run(const void *dy, const void *x, fq_dtype dtype, size_t i,
-                                     size_t count, const double *center, double *sum_a,
+                                     size_t count, const float *center, double *sum_a,
                                      double *sum_b) {
-    const bn_vd c[2] = {bn_load_d(center), bn_load_d(center + BN_W / 2)};
+    const bn_vf c = bn_load_f32(center);
     bn_vd a[2] = {bn_load_d(sum_a), bn_load_d(sum_a + BN_W / 2)};
     bn_vd b[2] = {bn_load_d(sum_b), bn_load_d(sum_b + BN_W / 2)};
-    for (size_t rows = count / BN_W; rows > 0; --rows, i += BN_W) sums_vector(dy, x, dtype, i, BN_W, c, a, b);
+    size_t rows = count / BN_W;
+    for (; rows >= FQ_BN_SUM_RUN; rows -= FQ_BN_SUM_RUN, i += FQ_BN_SUM_RUN * BN_W)
+        strip_run(dy, x, dtype, i, BN_W, FQ_BN_SUM_RUN, &c, a, b, NULL, NULL, 0, 1);
+    if (rows > 0) {
+        strip_run(dy, x, dtype, i, BN_W, rows, &c, a, b, NULL, NULL, 0, 1);
+        i += rows * BN_W;
+    }
 #ifdef BN_HAS_PARTIAL
     if (count % BN_W > 0) {
-        sums_vector(dy, x, dtype, i, count % BN_W, c, a, b);
+        bn_vf ra, rb;
+        run_add(dy, x, dtype, i, count % BN_W, c, &ra, &rb, 1);
+        run_flush(ra, rb, count % BN_W, a, b);
         i += count % BN_W;
     }
 #endif
@@ -184,44 +172,43 @@ BN_INLINE size_t sums_one_vector_run(const void *dy, const void *x, fq_dtype dty
     return i;
 }
 
-/* A period wider than one strip is walked in groups of BN_GROUP_ROWS rows: each strip adds the
-   group's rows with its accumulators in registers, then the next strip takes the same rows. Column
-   by column, a group's lines are read out of order, which the hardware prefetchers do not follow;
-   so each strip step asks for the next group's lines, in memory order (step s of the group's
-   strip-major walk fetches the next group's s-th slice of that strip's width). Measured on Zen 4,
-   period 256, 3.2M float32 elements: gradient sums 1.20 -> 0.69 ms, moments 0.59 -> 0.38 ms
-   (AVX2, where period 64 is wide too: NHWC 32x56x56x64 forward 3.9 -> 2.4 ms). Row by row, with
-   the accumulators loaded and stored for every row, the sums were bound by those stores; whole
-   calls walked strip by strip stalled once the data was beyond L2. Each position still adds its
-   rows in order. */
-#define BN_GROUP_ROWS ((size_t)32)
+/* A period wider than one strip is walked in groups of BN_GROUP_ROWS rows (whole float32 runs):
+   each strip adds the group's rows with its accumulators in registers, then the next strip takes
+   the same rows. Column by column, a group's lines are read out of order, which the hardware
+   prefetchers do not follow; so each strip step asks for the next group's lines, in memory order
+   (step s of the group's strip-major walk fetches the next group's s-th slice of that strip's
+   width). Measured on Zen 4, period 256, 3.2M float32 elements: gradient sums 1.20 -> 0.69 ms,
+   moments 0.59 -> 0.38 ms (AVX2, where period 64 is wide too: NHWC 32x56x56x64 forward 3.9 ->
+   2.4 ms). Row by row, with the accumulators loaded and stored for every row, the sums were bound
+   by those stores; whole calls walked strip by strip stalled once the data was beyond L2. Each
+   position still adds its rows in order. */
+#define BN_GROUP_ROWS ((size_t)(8 * FQ_BN_SUM_RUN))
 
 /* With dy == NULL the moments of x about center, else the sums of dy and dy * (x - center), over
-   `rows` periods from element `base`, for the positions [p, p + vectors * BN_W). The strip's
-   accumulators stay in registers while it walks the rows; each row prefetches one strip width of
-   bytes from prefetch_x (and prefetch_dy), one after the other (NULL: none). */
+   `rows` periods from element `base`, for the positions [p, p + vectors * BN_W), in float32 runs.
+   The strip's accumulators stay in registers while it walks the rows; each row prefetches one
+   strip width of bytes from prefetch_x (and prefetch_dy), one after the other (NULL: none). */
 BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t base, size_t rows,
-                          size_t period, size_t p, const double *center, double *sum_a,
+                          size_t period, size_t p, const float *center, double *sum_a,
                           double *sum_b, const char *prefetch_x, const char *prefetch_dy,
                           const int vectors) {
-    bn_vd c[2 * BN_STRIP_VECTORS], a[2 * BN_STRIP_VECTORS], b[2 * BN_STRIP_VECTORS];
+    bn_vf c[BN_STRIP_VECTORS];
+    bn_vd a[2 * BN_STRIP_VECTORS], b[2 * BN_STRIP_VECTORS];
+    for (int v = 0; v < vectors; ++v) c[v] = bn_load_f32(center + p + (size_t)v * BN_W);
     for (int h = 0; h < 2 * vectors; ++h) {
-        c[h] = bn_load_d(center + p + (size_t)h * (BN_W / 2));
         a[h] = bn_load_d(sum_a + p + (size_t)h * (BN_W / 2));
         b[h] = bn_load_d(sum_b + p + (size_t)h * (BN_W / 2));
     }
     const size_t step = (size_t)vectors * BN_W * fq_dtype_size(dtype);
-    for (size_t r = 0; r < rows; ++r) {
-        const size_t i = base + r * period + p;
-        if (prefetch_x != NULL) {
-            for (size_t line = 0; line < step; line += 64) {
-                __builtin_prefetch(prefetch_x + r * step + line);
-                if (prefetch_dy != NULL) __builtin_prefetch(prefetch_dy + r * step + line);
-            }
-        }
-        for (int v = 0; v < vectors; ++v)
-            sums_vector(dy, x, dtype, i + (size_t)v * BN_W, BN_W, &c[2 * v], &a[2 * v], &b[2 * v]);
-    }
+    size_t r = 0;
+    for (; r + FQ_BN_SUM_RUN <= rows; r += FQ_BN_SUM_RUN)
+        strip_run(dy, x, dtype, base + r * period + p, period, FQ_BN_SUM_RUN, c, a, b,
+                  prefetch_x == NULL ? NULL : prefetch_x + r * step,
+                  prefetch_dy == NULL ? NULL : prefetch_dy + r * step, step, vectors);
+    if (r < rows)
+        strip_run(dy, x, dtype, base + r * period + p, period, rows - r, c, a, b,
+                  prefetch_x == NULL ? NULL : prefetch_x + r * step,
+                  prefetch_dy == NULL ? NULL : prefetch_dy + r * step, step, vectors);
     for (int h = 0; h < 2 * vectors; ++h) {
         bn_store_d(sum_a + p + (size_t)h * (BN_W / 2), a[h]);
         bn_store_d(sum_b + p + (size_t)h * (BN_W / 2), b[h]);
@@ -234,7 +221,7 @@ BN_INLINE void sums_strip(const void *dy, const void *x, fq_dtype dtype, size_t 
    p * rows elements past it, one strip width a row, so the strips' walk covers the next group
    once, in memory order. */
 BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size_t base, size_t rows,
-                             size_t period, const double *center, double *sum_a, double *sum_b,
+                             size_t period, const float *center, double *sum_a, double *sum_b,
                              const char *next_x, const char *next_dy) {
     const size_t size = fq_dtype_size(dtype);
     size_t p = 0;
@@ -259,13 +246,14 @@ BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size
 }
 
 BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t runs,
-                         size_t run_stride, size_t count, size_t period, const double *center,
+                         size_t run_stride, size_t count, size_t period, const float *center,
                          double *sum_a, double *sum_b, size_t table_stride, size_t readable_after) {
     if (period == BN_W) {
         for (size_t j = 0; j < runs; ++j) {
             const size_t run = j * run_stride, t = j * table_stride;
             const size_t rest = sums_one_vector_run(dy, x, dtype, run, count, center + t, sum_a + t, sum_b + t);
-            for (size_t i = rest; i < run + count; ++i) sums_one(dy, x, dtype, i, i - rest, center + t, sum_a + t, sum_b + t);
+            for (size_t i = rest, q = t; i < run + count; ++i, ++q)
+                fq_bn_sum_run(dy, x, dtype, i, BN_W, 1, center[q], &sum_a[q], &sum_b[q]);
         }
         return;
     }
@@ -274,7 +262,7 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
     const size_t size = fq_dtype_size(dtype);
     for (size_t j = 0; j < runs; ++j) {
         const size_t run = j * run_stride, t = j * table_stride;
-        const double *c = center + t;
+        const float *c = center + t;
         double *a = sum_a + t, *b = sum_b + t;
         /* Only a whole next group is fetched ahead, within the run or what may follow the last
            one (whole periods follow a run of whole periods). */
@@ -287,9 +275,10 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
             const size_t rest = sums_strips(dy, x, dtype, first, g, period, c, a, b,
                                             ahead ? (const char *)x + next : NULL,
                                             ahead && dy != NULL ? (const char *)dy + next : NULL);
-            for (size_t r = 0; rest < period && r < g; ++r)
+            for (size_t r = 0; rest < period && r < g; r += FQ_BN_SUM_RUN)
                 for (size_t q = rest; q < period; ++q)
-                    sums_one(dy, x, dtype, first + r * period + q, q, c, a, b);
+                    fq_bn_sum_run(dy, x, dtype, first + r * period + q, period,
+                                  g - r < FQ_BN_SUM_RUN ? g - r : FQ_BN_SUM_RUN, c[q], &a[q], &b[q]);
         }
         /* The run's cut-short last period: partial vectors where the ISA has them and the
            accumulators of a whole vector exist, the scalar formula for the rest. */
@@ -299,7 +288,8 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
             sums_one_vector_run(dy, x, dtype, run + rows * period + q, cut - q < BN_W ? cut - q : BN_W,
                                 c + q, a + q, b + q);
 #endif
-        for (size_t i = run + rows * period + q; i < run + count; ++i, ++q) sums_one(dy, x, dtype, i, q, c, a, b);
+        for (size_t i = run + rows * period + q; i < run + count; ++i, ++q)
+            fq_bn_sum_run(dy, x, dtype, i, period, 1, c[q], &a[q], &b[q]);
     }
 }
 
@@ -455,7 +445,7 @@ BN_INLINE void pass_body(fq_bn_pass pass, const void *dy, const void *x, void *o
     }
 
 static void BN_NAME(moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
-                             size_t count, size_t period, const double *shift, double *sum,
+                             size_t count, size_t period, const float *shift, double *sum,
                              double *sum_sq, size_t ts, size_t after) {
     BN_BY_DTYPE(sums_body(NULL, x, FQ_DTYPE_F32, runs, run_stride, count, period, shift, sum, sum_sq, ts, after),
                 sums_body(NULL, x, FQ_DTYPE_F16, runs, run_stride, count, period, shift, sum, sum_sq, ts, after),
@@ -463,7 +453,7 @@ static void BN_NAME(moments)(const void *x, fq_dtype dtype, size_t runs, size_t 
 }
 
 static void BN_NAME(grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
-                               size_t run_stride, size_t count, size_t period, const double *mean,
+                               size_t run_stride, size_t count, size_t period, const float *mean,
                                double *sum_dy, double *sum_dy_xc, size_t ts, size_t after) {
     BN_BY_DTYPE(
         sums_body(dy, x, FQ_DTYPE_F32, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after),

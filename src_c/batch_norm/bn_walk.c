@@ -20,10 +20,14 @@
    thread too). Smaller items (32768) made the reversed walk cost up to 10% on data beyond L2 (each
    item restarts the prefetchers); this size still splits every benchmarked shape over 2 threads. */
 #define BN_CHUNK ((size_t)65536)
-/* A pass whose arrays together exceed this (about a shared L3 cache) writes its output with
-   non-temporal stores: the output would leave the cache anyway, and the stores then skip reading
-   each destination line first (a quarter of an np.add-like pass's memory traffic). */
-#define BN_STREAM_MIN_BYTES ((size_t)32 << 20)
+/* A pass whose arrays together exceed this writes its output with non-temporal stores: the stores
+   then skip reading each destination line first (a quarter of an np.add-like pass's memory
+   traffic), and an output this large is unlikely to be read from the cache. At 32 MiB the NHWC
+   64x14x14x256 forward (25.6 MB) was not streamed: with TF and PyTorch interleaved (compare.py,
+   x and y out of the caches at each batch's start) it took 2.0-2.2 ms, streamed 1.42-1.46 ms
+   (Intel Xeon, one thread, three runs); called back to back, with its arrays in L3, streamed is
+   3-5% slower (forward 1.40 -> 1.43-1.46 ms, inference 0.92 -> 0.97 ms). */
+#define BN_STREAM_MIN_BYTES ((size_t)16 << 20)
 
 static const fq_bn_kernels *active_kernels(void) {
     switch (fq_get_isa()) {
@@ -66,14 +70,14 @@ static const char *at(const void *base, size_t element, size_t element_size) {
 typedef struct {
     const fq_bn_walk *walk;
     const void *dy, *x;
-    const double *center; /* channels-last: per position; channels-first: per lane of each channel */
+    const float *center;  /* channels-last: per position; channels-first: per lane of each channel */
     size_t period, periods, blocks;
     double *partials;     /* channels-last: blocks x (sum_a[period], sum_b[period]);
                              channels-first: per lane of each channel, sum_a then sum_b */
 } sums_job;
 
 static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run_stride,
-                      size_t count, size_t period, const double *center, double *a, double *b,
+                      size_t count, size_t period, const float *center, double *a, double *b,
                       size_t table_stride, size_t readable_after) {
     const fq_bn_walk *w = job->walk;
     const char *x = at(job->x, first, w->element_size);
@@ -113,32 +117,36 @@ static void sums_first_channels(void *context, size_t c0, size_t c1) {
                   job->center + FQ_BN_LANES * c0, a, b, FQ_BN_LANES, 0);
 }
 
-static fq_status sums_first(sums_job *job, const double *center, double *sum_a, double *sum_b) {
-    const fq_bn_walk *w = job->walk;
-    const size_t channels = w->shape.channels, lanes = FQ_BN_LANES * channels;
-    double *scratch = malloc(sizeof(double) * 3 * lanes);
+/* The channels-first sums' scratch: per lane of each channel, the two partials and the center. */
+static fq_status sums_first_begin(sums_job *job, const float *center) {
+    const size_t lanes = FQ_BN_LANES * job->walk->shape.channels;
+    double *scratch = malloc((2 * sizeof(double) + sizeof(float)) * lanes);
     if (scratch == NULL) return FQ_ERR_NO_MEMORY;
+    float *center_by_lane = (float *)(scratch + 2 * lanes);
     for (size_t i = 0; i < lanes; ++i) {
         scratch[i] = scratch[lanes + i] = 0.0;
-        scratch[2 * lanes + i] = center[i / FQ_BN_LANES];
+        center_by_lane[i] = center[i / FQ_BN_LANES];
     }
     job->partials = scratch;
-    job->center = scratch + 2 * lanes;
-    fq_parallel_for(fq_runtime_threads_for(w->count, channels), channels, sums_first_channels, job);
-    for (size_t c = 0; c < channels; ++c) {
+    job->center = center_by_lane;
+    return FQ_OK;
+}
+
+/* The lanes of channels [c0, c1), in lane order. */
+static void sums_first_totals(const sums_job *job, size_t c0, size_t c1, double *sum_a, double *sum_b) {
+    const size_t lanes = FQ_BN_LANES * job->walk->shape.channels;
+    for (size_t c = c0; c < c1; ++c) {
         double total_a = 0.0, total_b = 0.0;
         for (size_t l = 0; l < FQ_BN_LANES; ++l) {
-            total_a += scratch[FQ_BN_LANES * c + l];
-            total_b += scratch[lanes + FQ_BN_LANES * c + l];
+            total_a += job->partials[FQ_BN_LANES * c + l];
+            total_b += job->partials[lanes + FQ_BN_LANES * c + l];
         }
         sum_a[c] = total_a;
         sum_b[c] = total_b;
     }
-    free(scratch);
-    return FQ_OK;
 }
 
-static fq_status sums_last(sums_job *job, const double *center, double *sum_a, double *sum_b) {
+static fq_status sums_last(sums_job *job, const float *center, double *sum_a, double *sum_b) {
     const fq_bn_walk *w = job->walk;
     const size_t channels = w->shape.channels;
     job->period = fq_padded_period(channels, BN_MAX_PADDED_PERIOD);
@@ -146,9 +154,9 @@ static fq_status sums_last(sums_job *job, const double *center, double *sum_a, d
     job->blocks = job->periods / BN_MIN_BLOCK_PERIODS;
     if (job->blocks < 1) job->blocks = 1;
     if (job->blocks > BN_MAX_BLOCKS) job->blocks = BN_MAX_BLOCKS;
-    double *scratch = malloc(sizeof(double) * job->period * (2 * job->blocks + 1));
+    double *scratch = malloc((2 * job->blocks * sizeof(double) + sizeof(float)) * job->period);
     if (scratch == NULL) return FQ_ERR_NO_MEMORY;
-    double *center_by_position = scratch + 2 * job->period * job->blocks;
+    float *center_by_position = (float *)(scratch + 2 * job->period * job->blocks);
     for (size_t p = 0; p < job->period; ++p) center_by_position[p] = center[p % channels];
     job->center = center_by_position;
     job->partials = scratch;
@@ -171,17 +179,6 @@ static fq_status sums_last(sums_job *job, const double *center, double *sum_a, d
     }
     free(scratch);
     return FQ_OK;
-}
-
-fq_status fq_bn_walk_sums(const fq_bn_walk *w, const void *dy, const void *x, const double *center,
-                          double *sum_a, double *sum_b) {
-    sums_job job = {w, dy, x, NULL, 0, 0, 0, NULL};
-    if (w->count == 0) {
-        for (size_t c = 0; c < w->shape.channels; ++c) sum_a[c] = sum_b[c] = 0.0;
-        return FQ_OK;
-    }
-    return is_channels_last(w) ? sums_last(&job, center, sum_a, sum_b)
-                               : sums_first(&job, center, sum_a, sum_b);
 }
 
 /* ---- Elementwise passes ---- */
@@ -260,23 +257,34 @@ static void elementwise_first_items(void *context, size_t first, size_t end) {
     for (size_t item = end; item > first; --item) elementwise_first_item(context, item - 1);
 }
 
+/* Tables [copy0, copy1) of the elementwise constants: channels-last, the one table of the padded
+   period; channels-first, one table a channel. */
+static void fill_tables(float *tables, int last, size_t period, size_t channels,
+                        const fq_bn_table *per_channel, size_t copy0, size_t copy1) {
+    const size_t entries = period + FQ_BN_LANES;
+    const float *params[4] = {per_channel->a, per_channel->b, per_channel->c, per_channel->d};
+    for (size_t copy = copy0; copy < copy1; ++copy)
+        for (size_t k = 0; k < 4; ++k)
+            for (size_t e = 0; e < entries; ++e)
+                tables[(4 * copy + k) * entries + e] = params[k][last ? e % period % channels : copy];
+}
+
+static int stream_output(const fq_bn_walk *w, fq_bn_pass pass) {
+    const size_t arrays = pass == FQ_BN_BACKPROP ? 3 : 2;
+    return w->count * w->element_size * arrays >= BN_STREAM_MIN_BYTES;
+}
+
 fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
                                  const void *x, void *out, const fq_bn_table *per_channel) {
     if (w->count == 0) return FQ_OK;
     const size_t channels = w->shape.channels;
     const int last = is_channels_last(w);
     const size_t period = last ? fq_padded_period(channels, BN_MAX_PADDED_PERIOD) : FQ_BN_LANES;
-    const size_t entries = period + FQ_BN_LANES, copies = last ? 1 : channels;
-    float *tables = malloc(sizeof(float) * 4 * entries * copies);
+    const size_t copies = last ? 1 : channels;
+    float *tables = malloc(sizeof(float) * 4 * (period + FQ_BN_LANES) * copies);
     if (tables == NULL) return FQ_ERR_NO_MEMORY;
-    const float *params[4] = {per_channel->a, per_channel->b, per_channel->c, per_channel->d};
-    for (size_t copy = 0; copy < copies; ++copy)
-        for (size_t k = 0; k < 4; ++k)
-            for (size_t e = 0; e < entries; ++e)
-                tables[(4 * copy + k) * entries + e] = params[k][last ? e % period % channels : copy];
-    const size_t arrays = pass == FQ_BN_BACKPROP ? 3 : 2;
-    elementwise_job job = {w, pass, dy, x, out, period, 0, 0,
-                           w->count * w->element_size * arrays >= BN_STREAM_MIN_BYTES, tables};
+    fill_tables(tables, last, period, channels, per_channel, 0, copies);
+    elementwise_job job = {w, pass, dy, x, out, period, 0, 0, stream_output(w, pass), tables};
     const size_t units = last ? ceil_div(w->count, period) : w->shape.outer * channels;
     const size_t unit_size = last ? period : w->shape.inner;
     size_t per_item = BN_CHUNK / unit_size;
@@ -288,4 +296,92 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
                              last ? elementwise_last_items : elementwise_first_items, &job);
     free(tables);
     return FQ_OK;
+}
+
+/* ---- Sums, per-channel constants, elementwise pass ---- */
+
+/* Channels-first gradients are walked in blocks of channels of about this many bytes of input: a
+   block's sums, then its constants, then its elementwise pass, which reads the block's x and dy
+   again while the cache still holds them (the per-core L2 is 1-2 MiB on the CPUs measured), so
+   they come from memory once, not twice. Intel Xeon (Sapphire-Rapids class, AVX-512, one thread),
+   against the two passes, compare.py --quick --sections bn, median of three runs' minima, without
+   TF and PyTorch: NCHW 64x256x14x14 2.28 -> 2.00 ms, NCHW 32x64x56x56 4.59 -> 4.06-4.14 ms; with
+   them: 2.68 -> 2.58, 5.54 -> 5.25. Back to back (median of 15 calls), the first 2.26 -> 1.70 ms
+   with 512 KiB blocks; 128 KiB, 256 KiB, 1 MiB and 2 MiB gave 2.2, 1.85, 1.82 and 2.25-2.45 ms. */
+#define BN_FUSED_BLOCK_BYTES ((size_t)1 << 19)
+
+typedef struct {
+    sums_job sums;
+    elementwise_job pass;
+    const fq_bn_table *per_channel;
+    double *sum_a, *sum_b;
+    fq_bn_finish finish;
+    void *context;
+    size_t block_channels;
+} fused_job;
+
+static void fused_blocks(void *context, size_t first, size_t end) {
+    fused_job *job = context;
+    const fq_bn_shape *s = &job->sums.walk->shape;
+    const size_t stride = 2 * FQ_BN_LANES;
+    for (size_t block = first; block < end; ++block) {
+        const size_t c0 = block * job->block_channels;
+        const size_t c1 = s->channels - c0 < job->block_channels ? s->channels : c0 + job->block_channels;
+        sums_first_channels(&job->sums, c0, c1);
+        sums_first_totals(&job->sums, c0, c1, job->sum_a, job->sum_b);
+        job->finish(job->context, c0, c1);
+        if (job->pass.out == NULL) continue;
+        fill_tables(job->pass.tables, 0, FQ_BN_LANES, s->channels, job->per_channel, c0, c1);
+        const fq_bn_table table = table_at(job->pass.tables, stride, c0);
+        for (size_t n = 0; n < s->outer; ++n)
+            elementwise_call(&job->pass, (n * s->channels + c0) * s->inner, c1 - c0, s->inner, s->inner,
+                             &table, 4 * stride);
+    }
+}
+
+fq_status fq_bn_walk_fused(const fq_bn_walk *w, fq_bn_pass pass, const void *dy, const void *x,
+                           void *out, const float *center, double *sum_a, double *sum_b,
+                           fq_bn_finish finish, void *context, const fq_bn_table *per_channel) {
+    const size_t channels = w->shape.channels;
+    if (w->count == 0) {
+        for (size_t c = 0; c < channels; ++c) sum_a[c] = sum_b[c] = 0.0;
+        finish(context, 0, channels);
+        return FQ_OK;
+    }
+    fused_job job = {{w, dy, x, NULL, 0, 0, 0, NULL},
+                     {w, pass, dy, x, out, FQ_BN_LANES, 0, 0, stream_output(w, pass), NULL},
+                     per_channel, sum_a, sum_b, finish, context, 1};
+    fq_status status;
+    if (is_channels_last(w)) {
+        status = sums_last(&job.sums, center, sum_a, sum_b);
+        if (status != FQ_OK) return status;
+        finish(context, 0, channels);
+        return out == NULL ? FQ_OK : fq_bn_walk_elementwise(w, pass, dy, x, out, per_channel);
+    }
+    if ((status = sums_first_begin(&job.sums, center)) != FQ_OK) return status;
+    job.pass.tables = malloc(sizeof(float) * 4 * 2 * FQ_BN_LANES * channels);
+    if (job.pass.tables == NULL) {
+        free(job.sums.partials);
+        return FQ_ERR_NO_MEMORY;
+    }
+    const size_t channel_bytes = w->per_channel * w->element_size * 2;
+    if (channel_bytes < BN_FUSED_BLOCK_BYTES) job.block_channels = BN_FUSED_BLOCK_BYTES / channel_bytes;
+    const size_t blocks = ceil_div(channels, job.block_channels);
+    const int threads = fq_runtime_threads_for(w->count, channels);
+    /* The forward reads one array twice, not two: with TF and PyTorch interleaved (compare.py), where
+       each batch of calls starts with x out of the caches, its blocks' short reads (a block's slice
+       of each batch) lost more than the second pass gained (NCHW 32x64x56x56 3.43 -> 3.96 ms,
+       64x256x14x14 1.59 -> 1.77 ms), though back to back they won (1.41 -> 1.19 ms). */
+    if (dy != NULL && (threads == 1 || blocks >= 4 * (size_t)threads)) {
+        fq_parallel_for(fq_runtime_threads_for(w->count, blocks), blocks, fused_blocks, &job);
+    } else {
+        /* Too few blocks to share among the threads: the sums, then the pass, each split its own way. */
+        fq_parallel_for(threads, channels, sums_first_channels, &job.sums);
+        sums_first_totals(&job.sums, 0, channels, sum_a, sum_b);
+        finish(context, 0, channels);
+        if (out != NULL) status = fq_bn_walk_elementwise(w, pass, dy, x, out, per_channel);
+    }
+    free(job.pass.tables);
+    free(job.sums.partials);
+    return status;
 }
