@@ -129,6 +129,16 @@ def hard_inputs(data_format):
     return x, dy, scale, offset, mean_in, variance_in
 
 
+def assert_near_model(label, keys, result, model, data_format, isa):
+    """Every output in `keys` within the hard data's bound of the model, whole and per channel."""
+    problems = []
+    for key in keys:
+        for per_channel in (False, True):
+            problems += problems_of(label, key, getattr(result, key), model[key], data_format,
+                                    per_channel=per_channel)
+    assert not problems, f"on {isa}:\n  " + "\n  ".join(problems)
+
+
 @pytest.mark.parametrize("data_format", sorted(HARD_SHAPES))
 @pytest.mark.parametrize("mode", ["training", "training-running-average", "inference"])
 def test_hard_forward(data_format, mode, isa):
@@ -139,12 +149,7 @@ def test_hard_forward(data_format, mode, isa):
     result = fqcore.fused_batch_norm(x, scale, offset, **stats, **kw)
     model = ref.forward(x, scale, offset, **stats, **kw)
     keys = FORWARD_TRAINING if mode != "inference" else ("y",)
-    problems = []
-    for key in keys:
-        for per_channel in (False, True):
-            problems += problems_of(f"{data_format} {mode}", key, getattr(result, key), model[key], data_format,
-                                    per_channel=per_channel)
-    assert not problems, f"on {isa}:\n  " + "\n  ".join(problems)
+    assert_near_model(f"{data_format} {mode}", keys, result, model, data_format, isa)
 
 
 @pytest.mark.parametrize("data_format", sorted(HARD_SHAPES))
@@ -159,9 +164,4 @@ def test_hard_gradient(data_format, is_training, isa):
     kw = dict(epsilon=1e-3, data_format=data_format, is_training=is_training)
     result = fqcore.fused_batch_norm_grad(dy, x, scale, rs1, rs2, **kw)
     model = ref.grad(dy, x, scale, rs1, rs2, **kw)
-    problems = []
-    for key in GRADIENT:
-        for per_channel in (False, True):
-            problems += problems_of(f"{data_format} gradient", key, getattr(result, key), model[key], data_format,
-                                    per_channel=per_channel)
-    assert not problems, f"on {isa}:\n  " + "\n  ".join(problems)
+    assert_near_model(f"{data_format} gradient", GRADIENT, result, model, data_format, isa)
