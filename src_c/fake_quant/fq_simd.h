@@ -226,6 +226,14 @@ FQ_INLINE void group_load(fq_group *v, int k, const float *g, const float *x, fl
     v->dx[k] = dx;
 }
 
+/* group_load with the grids of FQ_W positions read from the table at `grid` (where the first
+   position's nudged_min is stored). */
+FQ_INLINE void group_load_grid(fq_group *v, int k, const float *g, const float *x, float *dx,
+                               const float *grid) {
+    group_load(v, k, g, x, dx, fqv_load(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN),
+               fqv_load(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX));
+}
+
 /* Stores dx of vector k of a group; returns the lanes where it is quiet: x inside the grid and g
    finite, so that both of its products are +-0. */
 FQ_INLINE fqv_mask vector_dx_quiet(const fq_group *v, int k) {
@@ -537,8 +545,7 @@ static void grad_row(const float *g, const float *x, float *dx, const fq_grid_ta
         for (int k = 0; k < FQ_GRAD_GROUP; ++k) {
             const size_t at = p + FQ_W * (size_t)k;
             const float *grid = chunk + vector_grid_offset(k);
-            group_load(&v, k, g + at, x + at, dx + at, fqv_load(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN),
-                       fqv_load(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX));
+            group_load_grid(&v, k, g + at, x + at, dx + at, grid);
             am[k] = acc_min + at;
             ax[k] = acc_max + at;
         }
@@ -546,9 +553,7 @@ static void grad_row(const float *g, const float *x, float *dx, const fq_grid_ta
     }
     for (; p + FQ_W <= p1; p += FQ_W) {
         fq_group v;
-        const float *grid = fq_grid_param(t, p, FQ_GRID_NUDGED_MIN);
-        group_load(&v, 0, g + p, x + p, dx + p, fqv_load(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN),
-                   fqv_load(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX));
+        group_load_grid(&v, 0, g + p, x + p, dx + p, fq_grid_param(t, p, FQ_GRID_NUDGED_MIN));
         double *am[4] = {acc_min + p}, *ax[4] = {acc_max + p};
         grad_group(&v, 1, am, ax);
     }
@@ -581,12 +586,22 @@ FQ_INLINE void grad_partial_chunk(const float *g, const float *x, float *dx, siz
         const size_t first = k * FQ_W, from = lo > first ? lo - first : 0;
         const size_t to = hi < first + FQ_W ? (hi > first ? hi - first : 0) : FQ_W;
         if (from >= to) continue;
-        const fqv gv = fqv_load_lanes(g + first, from, to), xv = fqv_load_lanes(x + first, from, to);
-        const fqv nmin = fqv_load(chunk + first + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN);
-        const fqv nmax = fqv_load(chunk + first + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX);
-        fqv_store_lanes(dx + first, from, to, masked_v(gv, xv, nmin, nmax));
-        add_to_positions(fqv_mul(gv, fqv_as_one(fqv_lt(xv, nmin))), acc_min + first);
-        add_to_positions(fqv_mul(gv, fqv_as_one(fqv_gt(xv, nmax))), acc_max + first);
+        const fq_group v = {{fqv_load_lanes(g + first, from, to)}, {fqv_load_lanes(x + first, from, to)},
+                            {fqv_load(chunk + first + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN)},
+                            {fqv_load(chunk + first + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX)}, {NULL}};
+        fqv_store_lanes(dx + first, from, to, masked_v(v.g[0], v.x[0], v.nmin[0], v.nmax[0]));
+        add_to_positions(below_product(&v, 0), acc_min + first);
+        add_to_positions(above_product(&v, 0), acc_max + first);
+    }
+}
+
+/* The chunk after `chunk`, at position *p, wrapping to the period's start at `end`. */
+FQ_INLINE void next_chunk(const fq_grid_table *t, const float *end, const float **chunk, size_t *p) {
+    *chunk += FQ_CHUNK_FLOATS;
+    *p += FQ_GRID_CHUNK;
+    if (*chunk == end) {
+        *chunk = t->grid;
+        *p = 0;
     }
 }
 
@@ -602,18 +617,10 @@ static void grad_flat(const float *g, const float *x, float *dx, size_t n, const
         for (int k = 0; k < FQ_GRAD_GROUP; ++k) {
             const float *grid = chunk + (k % FQ_CHUNK_VECTORS) * FQ_W;
             const size_t at = i + FQ_W * (size_t)k, position = p + (k % FQ_CHUNK_VECTORS) * FQ_W;
-            group_load(&v, k, g + at, x + at, dx + at, fqv_load(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN),
-                       fqv_load(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX));
+            group_load_grid(&v, k, g + at, x + at, dx + at, grid);
             am[k] = acc_min + position;
             ax[k] = acc_max + position;
-            if (k % FQ_CHUNK_VECTORS == FQ_CHUNK_VECTORS - 1) {
-                chunk += FQ_CHUNK_FLOATS;
-                p += FQ_GRID_CHUNK;
-                if (chunk == end) {
-                    chunk = t->grid;
-                    p = 0;
-                }
-            }
+            if (k % FQ_CHUNK_VECTORS == FQ_CHUNK_VECTORS - 1) next_chunk(t, end, &chunk, &p);
         }
         grad_group(&v, FQ_GRAD_GROUP, am, ax);
     }
@@ -623,18 +630,12 @@ static void grad_flat(const float *g, const float *x, float *dx, size_t n, const
         for (int k = 0; k < FQ_CHUNK_VECTORS; ++k) {
             const float *grid = chunk + k * FQ_W;
             const size_t at = i + FQ_W * (size_t)k;
-            group_load(&v, k, g + at, x + at, dx + at, fqv_load(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MIN),
-                       fqv_load(grid + FQ_GRID_CHUNK * FQ_GRID_NUDGED_MAX));
+            group_load_grid(&v, k, g + at, x + at, dx + at, grid);
             am[k] = acc_min + p + FQ_W * (size_t)k;
             ax[k] = acc_max + p + FQ_W * (size_t)k;
         }
         grad_group(&v, FQ_CHUNK_VECTORS, am, ax);
-        chunk += FQ_CHUNK_FLOATS;
-        p += FQ_GRID_CHUNK;
-        if (chunk == end) {
-            chunk = t->grid;
-            p = 0;
-        }
+        next_chunk(t, end, &chunk, &p);
     }
 }
 
