@@ -155,3 +155,17 @@ def test_readme_documents_the_demo_exit_status():
     readme = open(os.path.join(ROOT, "README.md")).read()
     section = readme[readme.index("## The two commands"):readme.index("## Example")]
     assert "exit status" in section and "diverged" in section
+
+
+def test_check_times_each_op_against_its_numpy_floor(capsys):
+    """`python -m fqcore check`'s speed table: the Vars forward divides as TF does, so its floor is
+    np.divide (issue 18), the gradients' and batch norm's np.add; each row names its floor."""
+    from fqcore import __main__ as cli
+    cli.speed_table()
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if re.match(r"\s+\d+\s", line)]
+    floors = {" ".join(row[1:-4]): row[-1] for row in rows}
+    assert floors == {"vars forward": "np.divide", "vars gradient": "np.add",
+                      "batch norm NHWC": "np.add", "gradient NHWC": "np.add",
+                      "batch norm NCHW": "np.add", "gradient NCHW": "np.add"}
+    assert all(float(row[-2]) > 0 for row in rows)
