@@ -13,8 +13,6 @@
 #define FQ_GRID_REG_VECTORS 4
 /* Two vectors a gradient group: four fill the 16 registers. */
 #define FQ_GRAD_GROUP 2
-/* All sides of a group that is not quiet: faster on Intel Xeon (grad_group has the numbers). */
-#define FQ_GRAD_SIDE_BRANCHES 0
 
 typedef __m256 fqv;
 typedef __m256 fqv_mask;

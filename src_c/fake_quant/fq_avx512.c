@@ -12,8 +12,6 @@
 #define FQ_GRID_REG_VECTORS 8
 /* Four vectors a gradient group, in 16 of the 32 registers. */
 #define FQ_GRAD_GROUP 4
-/* Branches per side: measured faster on Zen 4 (grad_group). */
-#define FQ_GRAD_SIDE_BRANCHES 1
 
 typedef __m512 fqv;
 typedef __mmask16 fqv_mask;

@@ -13,8 +13,6 @@
 #define FQ_GRID_REG_VECTORS 8
 /* Four vectors a gradient group, in 16 of the 32 registers. */
 #define FQ_GRAD_GROUP 4
-/* All sides of a group that is not quiet (branches per side not measured on NEON). */
-#define FQ_GRAD_SIDE_BRANCHES 0
 
 /* No FMA anywhere: arm_neon.h writes vmulq_f32 / vsubq_f32 as plain C operators, so this file
    relies on -ffp-contract=off (setup.py, tests/c/Makefile) to keep each multiply and add rounded

@@ -8,8 +8,6 @@
                            FQ_W * FQ_GRID_REG_VECTORS positions walk with no grid load at all
      FQ_GRAD_GROUP         2 or 4: vectors a gradient step holds (g, x and two grids each) before
                            any dx is stored; 4 fill AVX2's 16 registers, so it takes 2
-     FQ_GRAD_SIDE_BRANCHES 1: a gradient group that is not quiet adds the products of only those
-                           vectors and sides that have any; 0: of all (see grad_group)
      fqv, fqv_mask, fqv_d  a float32 vector; a compare's result, one flag per lane; a float64
                            vector of FQ_W / 2 lanes
      fqv_load, fqv_store   FQ_W floats, unaligned
@@ -57,9 +55,6 @@
 #endif
 #if FQ_GRID_REG_VECTORS != 4 && FQ_GRID_REG_VECTORS != 8
 #error "FQ_GRID_REG_VECTORS must be 4 or 8"
-#endif
-#if FQ_GRAD_SIDE_BRANCHES != 0 && FQ_GRAD_SIDE_BRANCHES != 1
-#error "FQ_GRAD_SIDE_BRANCHES must be 0 or 1"
 #endif
 #if (FQ_GRAD_GROUP != 2 && FQ_GRAD_GROUP != 4) || (FQ_GRAD_GROUP * FQ_W) % FQ_GRID_CHUNK != 0
 #error "FQ_GRAD_GROUP must be 2 or 4 and make whole chunks"
@@ -454,20 +449,17 @@ FQ_INLINE void add_to_positions(fqv products, double *acc) {
 }
 
 /* dx of a group's `count` vectors, vector k at positions acc_min[k] / acc_max[k] of the
-   accumulators; and unless the group is quiet, the products of its vectors, added there. With
-   FQ_GRAD_SIDE_BRANCHES, only each vector and side that has any product but +-0: a group with a
-   clipped element mostly has one, and adding only its vector and side, not all eight, took
-   [1024, 1024] from 1.6-1.7x to 1.28-1.36x per-tensor (AVX-512, Zen 4). Without, every vector and
-   side: a branch per side is mispredicted where a few percent of x are clipped (Intel Xeon, AVX2,
-   [8192, 128] with 4.6% clipped: 1034 -> 703 us; at 0.27% [3, 3, 64, 128] 15.2 -> 16.5 us). */
+   accumulators; and unless the group is quiet, the products of all its vectors and sides, added
+   there. A branch per vector and side (adding only those with a product but +-0) is mispredicted
+   where a few percent of x are clipped, and since quiet groups are skipped it no longer paid where
+   few are: AMD Zen 5 (EPYC, family 26), AVX-512, per-channel / per-tensor gradient with 4.6%
+   clipped, [1024, 1024] 2.77 -> 1.32 and [8192, 128] 2.59 -> 1.28, at 0.27% 1.04-1.07 -> 1.05-1.22;
+   Intel Xeon, AVX2, [8192, 128] with 4.6% clipped: 1034 -> 703 us. */
 FQ_INLINE void grad_group(const fq_group *v, int count, double *const acc_min[4], double *const acc_max[4]) {
     if (group_dx_quiet(v, count)) return;
     for (int k = 0; k < count; ++k) {
-        const fqv_mask not_finite = fqv_not_finite(v->g[k]);
-        if (!FQ_GRAD_SIDE_BRANCHES || fqv_any(fqv_or(fqv_lt(v->x[k], v->nmin[k]), not_finite)))
-            add_to_positions(below_product(v, k), acc_min[k]);
-        if (!FQ_GRAD_SIDE_BRANCHES || fqv_any(fqv_or(fqv_gt(v->x[k], v->nmax[k]), not_finite)))
-            add_to_positions(above_product(v, k), acc_max[k]);
+        add_to_positions(below_product(v, k), acc_min[k]);
+        add_to_positions(above_product(v, k), acc_max[k]);
     }
 }
 
