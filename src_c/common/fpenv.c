@@ -22,6 +22,8 @@ fq_fpenv fq_fpenv_get(void) { return _mm_getcsr(); }
 
 void fq_fpenv_leave(fq_fpenv saved) { _mm_setcsr((unsigned int)saved); }
 
+int fq_fpenv_is_default(fq_fpenv state) { return (state & (FQ_MXCSR_ROUNDING | FQ_MXCSR_FTZ_DAZ)) == 0; }
+
 #elif defined(__aarch64__)
 
 /* FPCR.FZ (bit 24) flushes denormal inputs and results of scalar and Advanced SIMD float ops.
@@ -45,11 +47,14 @@ fq_fpenv fq_fpenv_get(void) {
 
 void fq_fpenv_leave(fq_fpenv saved) { __asm__ __volatile__("msr fpcr, %0" : : "r"(saved)); }
 
+int fq_fpenv_is_default(fq_fpenv state) { return (state & (FQ_FPCR_CLEARED | FQ_FPCR_FZ)) == 0; }
+
 #else
 
 /* Other CPUs: no portable switch; denormals keep their IEEE meaning there (documented in README). */
 fq_fpenv fq_fpenv_enter(void) { return 0; }
 fq_fpenv fq_fpenv_get(void) { return 0; }
 void fq_fpenv_leave(fq_fpenv saved) { (void)saved; }
+int fq_fpenv_is_default(fq_fpenv state) { (void)state; return 1; }
 
 #endif

@@ -14,5 +14,8 @@ fq_fpenv fq_fpenv_enter(void);
 fq_fpenv fq_fpenv_get(void);
 /* Puts back a state that fq_fpenv_enter or fq_fpenv_get returned. */
 void fq_fpenv_leave(fq_fpenv saved);
+/* Whether `state` is IEEE's default: round to nearest even, subnormals kept (on AArch64 also NaN
+   payloads propagated); what the kernels' state is but for its flushing. */
+int fq_fpenv_is_default(fq_fpenv state);
 
 #endif

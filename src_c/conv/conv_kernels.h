@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "../include/fqcore.h"
+#include "../common/fpenv.h"
 #include "../common/parallel.h"
 
 /* Whether an output index reads input index `in` at tap `tap` along one dimension (out * stride +
@@ -46,6 +47,17 @@ typedef struct {
     size_t out_row0;
 } fq_conv_job;
 
+/* The sum of two input gradients of one geometry with a column stride of 1: `first` (its w, dy,
+   out and walks) and a second (w, dy) pair, summed into first.out as numpy would add them in the
+   caller's floating-point state, `caller`; `sum_in_caller_state` when that state does not round
+   to nearest or flushes subnormals, so that no sum can be made in the kernels' own. */
+typedef struct {
+    fq_conv_job first;
+    const float *w_b, *dy_b;
+    fq_fpenv caller;
+    int sum_in_caller_state;
+} fq_conv_sum_job;
+
 /* One ISA's kernels, each over a range of rows: output rows (n * OH + r) for the forward and the
    filter gradient's blocks, input rows (n * H + h) for the gathers. Every output element is a sum
    in a fixed order (kernel position (i, j) row-major, then m), the same on every ISA and for any
@@ -53,6 +65,7 @@ typedef struct {
 typedef struct {
     fq_range_fn depthwise;             /* (fq_conv_job *, first row, end row) */
     fq_range_fn depthwise_grad_input;
+    fq_range_fn depthwise_grad_input_sum; /* (fq_conv_sum_job *, first row, end row) */
     fq_range_fn depthwise_grad_filter; /* over blocks of rows */
     fq_range_fn col2im;
 } fq_conv_kernels;

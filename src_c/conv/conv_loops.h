@@ -143,6 +143,14 @@ CONV_INLINE void block_taps(conv_vec *acc, size_t pixels, size_t width, size_t m
                                t->w + (ptrdiff_t)k * t->w_row + (ptrdiff_t)l * t->w_col + c0 * m);
 }
 
+/* acc: the block's sums for channels [c0, c0 + width), from 0.0f. */
+CONV_INLINE void block_sums(conv_vec *acc, size_t pixels, size_t width, size_t m, const conv_taps *t,
+                            size_t c0) {
+    block_zero(acc, pixels);
+    if (m == 1) block_taps(acc, pixels, width, 1, t, c0);
+    else block_taps(acc, pixels, width, m, t, c0);
+}
+
 /* `pixels` pixels (out[p * out_step]) that share their taps, every channel: whole blocks, then the
    rest. */
 CONV_INLINE void block_pixels(const conv_taps *t, size_t pixels, size_t channels, size_t m,
@@ -150,14 +158,11 @@ CONV_INLINE void block_pixels(const conv_taps *t, size_t pixels, size_t channels
     const size_t whole = channels - channels % CONV_CHANNELS;
     conv_vec acc[CONV_PIXELS];
     for (size_t c0 = 0; c0 < whole; c0 += CONV_CHANNELS) {
-        block_zero(acc, pixels);
-        if (m == 1) block_taps(acc, pixels, CONV_CHANNELS, 1, t, c0);
-        else block_taps(acc, pixels, CONV_CHANNELS, m, t, c0);
+        block_sums(acc, pixels, CONV_CHANNELS, m, t, c0);
         block_store(out + c0, out_step, acc, pixels, CONV_CHANNELS);
     }
     if (whole < channels) {
-        block_zero(acc, pixels);
-        block_taps(acc, pixels, channels - whole, m, t, whole);
+        block_sums(acc, pixels, channels - whole, m, t, whole);
         block_store(out + whole, out_step, acc, pixels, channels - whole);
     }
 }
@@ -216,28 +221,106 @@ CONV_INLINE void gather_pixels(const conv_taps *t, size_t pixels, size_t channel
 /* --- Input gradient: dx[n, h, w, c] = sum over the taps (i, j) whose window reads (h, w) of
    dy[.., c * M + m] * w[i, j, c, m] (m in order). --- */
 
+/* The taps of a block of input pixels of batch n with row walk `rows` and column walk `cols`,
+   reading dy and w. */
+CONV_INLINE conv_taps gather_taps(const fq_conv_geometry *g, size_t pixel, const float *dy,
+                                  const float *w, size_t n, fq_conv_walk rows, fq_conv_walk cols) {
+    const float *dy_row = dy + (n * g->out_height + rows.index) * g->out_width * pixel;
+    const conv_taps t = {dy_row + cols.index * pixel,
+                         w + (rows.first * g->kernel_width + cols.first) * pixel,
+                         rows.index_step * (ptrdiff_t)(g->out_width * pixel),
+                         cols.index_step * (ptrdiff_t)pixel,
+                         (ptrdiff_t)(rows.step * g->kernel_width * pixel), (ptrdiff_t)(cols.step * pixel),
+                         rows.count, cols.count, pixel};
+    return t;
+}
+
+/* Two gradients' sums of one block, a and b, each as block_pixels makes it, added as the caller
+   adds: in the kernels' state, unless a lane's sum came out 0 from terms that do not cancel (the
+   kernels flush a subnormal result to zero; the exact sum, then always representable, is what
+   the caller gets without flushing) or the caller's state is another (sum->sum_in_caller_state). */
+typedef int conv_mask __attribute__((vector_size(CONV_CHANNELS * sizeof(int))));
+
+/* Out of line, so that the sums read a and b after the caller's state is back. */
+static __attribute__((noinline)) void store_sum_in_caller_state(float *out, size_t out_step,
+                                                                const conv_vec *a, const conv_vec *b,
+                                                                size_t pixels, size_t width,
+                                                                fq_fpenv caller) {
+    const fq_fpenv kernels = fq_fpenv_get();
+    fq_fpenv_leave(caller);
+    for (size_t p = 0; p < pixels; ++p)
+        for (size_t c = 0; c < width; ++c) out[p * out_step + c] = a[p][c] + b[p][c];
+    fq_fpenv_leave(kernels);
+}
+
+CONV_INLINE void block_store_sum(float *out, size_t out_step, const conv_vec *a, const conv_vec *b,
+                                 size_t pixels, size_t width, const fq_conv_sum_job *sum) {
+    conv_vec total[CONV_PIXELS];
+    conv_mask flushed = {0};
+    CONV_UNROLL for (size_t p = 0; p < pixels; ++p) {
+        total[p] = a[p] + b[p];
+        flushed |= (total[p] == (conv_vec){0}) & (a[p] != -b[p]);
+    }
+    int redo = sum->sum_in_caller_state;
+    for (size_t c = 0; c < CONV_CHANNELS; ++c) redo |= flushed[c];
+    if (redo) store_sum_in_caller_state(out, out_step, a, b, pixels, width, sum->caller);
+    else block_store(out, out_step, total, pixels, width);
+}
+
+/* block_pixels for the sum of two gradients (taps ta and tb), each block's two sums made in
+   registers and stored once. */
+CONV_INLINE void block_pixel_sums(const conv_taps *ta, const conv_taps *tb, size_t pixels,
+                                  size_t channels, size_t m, float *restrict out, size_t out_step,
+                                  const fq_conv_sum_job *sum) {
+    const size_t whole = channels - channels % CONV_CHANNELS;
+    conv_vec a[CONV_PIXELS], b[CONV_PIXELS];
+    for (size_t c0 = 0; c0 < whole; c0 += CONV_CHANNELS) {
+        block_sums(a, pixels, CONV_CHANNELS, m, ta, c0);
+        block_sums(b, pixels, CONV_CHANNELS, m, tb, c0);
+        block_store_sum(out + c0, out_step, a, b, pixels, CONV_CHANNELS, sum);
+    }
+    if (whole < channels) {
+        block_sums(a, pixels, channels - whole, m, ta, whole);
+        block_sums(b, pixels, channels - whole, m, tb, whole);
+        block_store_sum(out + whole, out_step, a, b, pixels, channels - whole, sum);
+    }
+}
+
+/* gather_pixels for the sum of two gradients. */
+CONV_INLINE void gather_pixel_sums(const conv_taps *ta, const conv_taps *tb, size_t pixels,
+                                   size_t channels, size_t m, float *restrict out, size_t out_step,
+                                   const fq_conv_sum_job *sum) {
+    switch (pixels) {
+    case 4: block_pixel_sums(ta, tb, 4, channels, m, out, out_step, sum); break;
+    case 3: block_pixel_sums(ta, tb, 3, channels, m, out, out_step, sum); break;
+    case 2: block_pixel_sums(ta, tb, 2, channels, m, out, out_step, sum); break;
+    default: block_pixel_sums(ta, tb, 1, channels, m, out, out_step, sum); break;
+    }
+}
+
 /* With a column stride of 1, consecutive input pixels meet a tap at consecutive output pixels, so
    a block takes CONV_PIXELS of them (a stride of 2 or more splits a row into that many phases of a
-   few pixels each, and the blocks were slower there than the runs below). */
-static void grad_input_blocks(const fq_conv_job *job, size_t first_row, size_t end_row) {
+   few pixels each, and the blocks were slower there than the runs below). With `sum`, each block
+   is the sum of job's gradient and sum's second (job is then &sum->first). */
+CONV_INLINE void grad_input_blocks(const fq_conv_job *job, const fq_conv_sum_job *sum,
+                                   size_t first_row, size_t end_row) {
     const fq_conv_geometry *g = &job->g;
-    const size_t c = g->channels, m = job->multiplier, kw = g->kernel_width, pixel = c * m;
+    const size_t c = g->channels, m = job->multiplier, pixel = c * m;
     const fq_conv_walk *row_walks = job->walks, *col_walks = job->walks + g->height;
     for (size_t row = first_row; row < end_row; ++row) {
         const size_t n = row / g->height, h = row % g->height;
         const fq_conv_walk rows = row_walks[h];
         float *dx_row = job->out + (row - job->out_row0) * g->width * c;
-        const float *dy_row = job->dy + (n * g->out_height + rows.index) * g->out_width * pixel;
         for (size_t w = 0; w < g->width;) {
             const fq_conv_walk cols = col_walks[w];
             const size_t pixels = same_run(col_walks + w, min_size(g->width - w, CONV_PIXELS));
-            const conv_taps t = {dy_row + cols.index * pixel,
-                                 job->w + (rows.first * kw + cols.first) * pixel,
-                                 rows.index_step * (ptrdiff_t)(g->out_width * pixel),
-                                 cols.index_step * (ptrdiff_t)pixel,
-                                 (ptrdiff_t)(rows.step * kw * pixel), (ptrdiff_t)(cols.step * pixel),
-                                 rows.count, cols.count, pixel};
-            gather_pixels(&t, pixels, c, m, dx_row + w * c, c);
+            const conv_taps t = gather_taps(g, pixel, job->dy, job->w, n, rows, cols);
+            if (sum == NULL) {
+                gather_pixels(&t, pixels, c, m, dx_row + w * c, c);
+            } else {
+                const conv_taps tb = gather_taps(g, pixel, sum->dy_b, sum->w_b, n, rows, cols);
+                gather_pixel_sums(&t, &tb, pixels, c, m, dx_row + w * c, c, sum);
+            }
             w += pixels;
         }
     }
@@ -292,8 +375,14 @@ static void grad_input_runs(const fq_conv_job *job, size_t first_row, size_t end
 
 static void depthwise_grad_input(void *context, size_t first_row, size_t end_row) {
     const fq_conv_job *job = context;
-    if (job->g.stride_width == 1) grad_input_blocks(job, first_row, end_row);
+    if (job->g.stride_width == 1) grad_input_blocks(job, NULL, first_row, end_row);
     else grad_input_runs(job, first_row, end_row);
+}
+
+/* The sum of two input gradients, column stride 1 (conv_api.c sums those of larger strides). */
+static void depthwise_grad_input_sum(void *context, size_t first_row, size_t end_row) {
+    const fq_conv_sum_job *sum = context;
+    grad_input_blocks(&sum->first, sum, first_row, end_row);
 }
 
 /* --- Filter gradient: block b's partial dw[i, j, c], the sum over its output rows of
@@ -508,5 +597,5 @@ static void col2im(void *context, size_t first_row, size_t end_row) {
     }
 }
 
-const fq_conv_kernels FQ_CONV_TABLE = {depthwise, depthwise_grad_input, depthwise_grad_filter,
-                                       col2im};
+const fq_conv_kernels FQ_CONV_TABLE = {depthwise, depthwise_grad_input, depthwise_grad_input_sum,
+                                       depthwise_grad_filter, col2im};

@@ -2,6 +2,7 @@
    thread count against scalar on one thread, bit for bit; the sums against a reference that adds
    in the documented order (taps row-major, then the multiplier), bit for bit, and the filter
    gradient against float64; guards around every output; statuses. */
+#include <fenv.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +11,10 @@
 
 #include "fqcore.h"
 #include "harness.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #define GUARD ((size_t)16)
 #define GUARD_BITS 0x7fa5a5a5u
@@ -344,11 +349,69 @@ static void test_statuses(void) {
     expect(fq_f32_depthwise(NULL, w, 1, &empty, NULL) == FQ_OK, "an empty batch needs no arrays");
 }
 
+/* Flush-to-zero (and x86's denormals-are-zero) in the calling thread, on or off. */
+static void caller_flushes(int on) {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr(on ? _mm_getcsr() | 0x8040u : _mm_getcsr() & ~0x8040u);
+#elif defined(__aarch64__)
+    uint64_t fpcr;
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+    fpcr = on ? fpcr | ((uint64_t)1 << 24) : fpcr & ~((uint64_t)1 << 24);
+    __asm__ __volatile__("msr fpcr, %0" : : "r"(fpcr));
+#else
+    (void)on;
+#endif
+}
+
+/* The sum of two input gradients is the one the caller's own addition makes, though the kernels
+   flush subnormal results: two gradients that cancel to a subnormal (2^-110 + 2^-130 and -2^-110)
+   sum to 2^-130 in the default state and to 0 in a caller's that flushes; rounded upward,
+   1 + 2^-30 is 1 + 2^-23. A 1x1 filter of ones makes each gradient its dy; 19 channels give whole
+   vectors and a partial one. Every ISA and thread count, strides 1 (summed in the kernels' blocks)
+   and 2. */
+static void test_sum_in_caller_state(void) {
+    enum { C = 19, W = 4 };
+    for (size_t stride = 1; stride <= 2; ++stride) {
+        const size_t out_w = (W - 1) / stride + 1;
+        const fq_conv_geometry g = {1, 1, W, C, 1, 1, 1, out_w, 1, stride, 1, 1, 0, 0};
+        float dy_a[W * C], dy_b[W * C], ones[C], got[W * C];
+        for (size_t c = 0; c < C; ++c) ones[c] = 1.0f;
+        for (size_t e = 0; e < out_w * C; ++e) {
+            const int tiny = e % 3 != 2;
+            dy_a[e] = tiny ? 0x1p-110f + 0x1p-130f : 1.0f;
+            dy_b[e] = tiny ? -0x1p-110f : 0x1p-30f;
+        }
+        for (int state = 0; state < 3; ++state) {
+            if (state == 1) caller_flushes(1);
+            if (state == 2) fesetround(FE_UPWARD);
+            for (int a = 0; a < n_isas; ++a)
+                for (int threads = 1; threads <= THREADS_MAX; ++threads) {
+                    set_isa_threads(isas[a], threads);
+                    const fq_status status = fq_f32_depthwise_grad_input_sum(dy_a, ones, dy_b, ones, 1, &g, got);
+                    size_t bad = W * C;
+                    for (size_t e = 0; e < W * C && bad == W * C; ++e) {
+                        const size_t q = e / C, read = q / stride * C + e % C;
+                        volatile float term_a = dy_a[read % (out_w * C)], term_b = dy_b[read % (out_w * C)];
+                        const float expected = q % stride == 0 && q / stride < out_w ? term_a + term_b : 0.0f;
+                        if (!same(got[e], expected)) bad = e;
+                    }
+                    expect(status == FQ_OK && bad == W * C,
+                           "stride %zu, caller state %d, %s, %d threads: sum differs at %zu", stride, state,
+                           fq_isa_name(isas[a]), threads, bad);
+                }
+            caller_flushes(0);
+            fesetround(FE_TONEAREST);
+        }
+    }
+    set_isa_threads(FQ_ISA_SCALAR, 1);
+}
+
 int main(void) {
     static const harness_section sections[] = {
         {"statuses", test_statuses},
         {"random geometries, threads 1..4", test_random_geometries},
         {"large, threads 1..4", test_large},
+        {"gradient sums in the caller's floating-point state", test_sum_in_caller_state},
     };
     return harness_main("C kernel harness (convolution)", sections, sizeof sections / sizeof sections[0]);
 }
