@@ -34,6 +34,8 @@ def test_kernel_choices_follow_the_active_isa():
                 assert choices == "scalar kernels: no choices"
             else:
                 assert choices.startswith("per-channel forward: rows sharing grid loads")
+                assert choices.endswith(("batch-norm channels-first gradient: blocks of channels",
+                                         "batch-norm channels-first gradient: two passes"))
     finally:
         fqcore.set_isa(saved)
 

@@ -2,6 +2,7 @@
    and how calls are spread over threads. */
 #include <stdlib.h>
 
+#include "../common/kernel_choices.h"
 #include "../common/parallel.h"
 #include "../common/period.h"
 #include "../common/runtime.h"
@@ -300,10 +301,10 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
 
 /* ---- Sums, per-channel constants, elementwise pass ---- */
 
-/* Channels-first gradients are walked in blocks of channels of about this many bytes of input: a
-   block's sums, then its constants, then its elementwise pass, which reads the block's x and dy
-   again while the cache still holds them (the per-core L2 is 1-2 MiB on the CPUs measured), so
-   they come from memory once, not twice. Intel Xeon (Sapphire-Rapids class, AVX-512, one thread),
+/* Channels-first gradients are walked, where the CPU gains by it (fq_bn_gradient_blocks), in blocks
+   of channels of about this many bytes of input: a block's sums, then its constants, then its
+   elementwise pass, which reads the block's x and dy again while the cache still holds them (the
+   per-core L2 is 1-2 MiB on the CPUs measured), so they come from memory once, not twice. Intel Xeon (Sapphire-Rapids class, AVX-512, one thread),
    against the two passes, compare.py --quick --sections bn, median of three runs' minima, without
    TF and PyTorch: NCHW 64x256x14x14 2.28 -> 2.00 ms, NCHW 32x64x56x56 4.59 -> 4.06-4.14 ms; with
    them: 2.68 -> 2.58, 5.54 -> 5.25. Back to back (median of 15 calls), the first 2.26 -> 1.70 ms
@@ -372,10 +373,11 @@ fq_status fq_bn_walk_fused(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
        each batch of calls starts with x out of the caches, its blocks' short reads (a block's slice
        of each batch) lost more than the second pass gained (NCHW 32x64x56x56 3.43 -> 3.96 ms,
        64x256x14x14 1.59 -> 1.77 ms), though back to back they won (1.41 -> 1.19 ms). */
-    if (dy != NULL && (threads == 1 || blocks >= 4 * (size_t)threads)) {
+    if (dy != NULL && fq_bn_gradient_blocks() && (threads == 1 || blocks >= 4 * (size_t)threads)) {
         fq_parallel_for(fq_runtime_threads_for(w->count, blocks), blocks, fused_blocks, &job);
     } else {
-        /* Too few blocks to share among the threads: the sums, then the pass, each split its own way. */
+        /* Two passes (or too few blocks to share among the threads): the sums, then the pass, each
+           split its own way. */
         fq_parallel_for(threads, channels, sums_first_channels, &job.sums);
         sums_first_totals(&job.sums, 0, channels, sum_a, sum_b);
         finish(context, 0, channels);

@@ -1,5 +1,5 @@
 /* How the SIMD per-channel forward walks a call's rows: the choice by shape and by CPU
-   (fq_choices.h), measured. The bits are the same whichever walk runs; only speed differs. */
+   (common/kernel_choices.h), measured. The bits are the same whichever walk runs; only speed differs. */
 #ifndef FQ_CHANNEL_WALK_H
 #define FQ_CHANNEL_WALK_H
 

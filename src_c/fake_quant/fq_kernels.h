@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 #include "../include/fqcore.h"
-#include "fq_choices.h"
+#include "../common/kernel_choices.h"
 
 /* The per-tensor quantization grid after TF's nudge (all float32, rounded as the spec says). */
 typedef struct {
@@ -52,7 +52,7 @@ typedef struct {
        fq_allows_scaled_clamp (fq_element.h) says why that is exact. 0 for kernels that do not use
        it (no scaled_clamp_max kernel). */
     float scaled_clamp_max;
-    /* How the SIMD per-channel forward walks rows: the faster on this CPU (fq_choices.h). */
+    /* How the SIMD per-channel forward walks rows: the faster on this CPU (common/kernel_choices.h). */
     fq_row_walk row_walk;
 } fq_grid_table;
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "batch_norm/bn_kernels.h"
+#include "common/kernel_choices.h"
 #include "fqcore.h"
 #include "harness.h"
 
@@ -1506,6 +1507,53 @@ static void report_tolerated(void) {
     payload_tolerated = 0;
 }
 
+/* The channels-first gradient walked in blocks of channels and in two passes (kernel_choices.h),
+   whichever this CPU takes: the same bits, every ISA, 1..THREADS_MAX threads, float32 and
+   float16, shapes of one to many blocks. */
+static void test_gradient_walks(void) {
+    const size_t shapes[][3] = {{8, 64, 196}, {2, 1030, 49}, {64, 17, 61}, {5, 256, 64}, {3, 7, 3121}};
+    for (size_t s = 0; s < COUNT_OF(shapes); ++s)
+        for (int t = 0; t < 2; ++t) {
+            const fq_bn_shape shape = {FQ_BN_CHANNELS_FIRST, shapes[s][0], shapes[s][1], shapes[s][2]};
+            const size_t c = shape.channels, n = shape.outer * c * shape.inner, es = t ? 2 : 4;
+            unsigned char *x = xmalloc_aligned(n * es), *dy = xmalloc_aligned(n * es);
+            unsigned char *dx[2] = {xmalloc_aligned(n * es), xmalloc_aligned(n * es)};
+            float *per_channel = malloc(7 * c * sizeof(float));
+            float *scale = per_channel, *mean = scale + c, *var = mean + c, *ds[2] = {var + c, var + 2 * c},
+                  *doff[2] = {var + 3 * c, var + 4 * c};
+            uint32_t state = 12345u + (uint32_t)s;
+            for (size_t i = 0; i < n; ++i) {
+                state = state * 1664525u + 1013904223u;
+                put_value(x, i, dtypes[t], (float)(state >> 8) / 16777216.0f * 4.0f - 1.5f);
+                state = state * 1664525u + 1013904223u;
+                put_value(dy, i, dtypes[t], (float)(state >> 8) / 16777216.0f - 0.5f);
+            }
+            for (size_t k = 0; k < c; ++k) scale[k] = 0.5f + (float)k / (float)c, mean[k] = 0.5f, var[k] = 1.25f;
+            for (int k = 0; k < n_isas; ++k)
+                for (int threads = 1; threads <= THREADS_MAX; ++threads) {
+                    set_isa_threads(isas[k], threads);
+                    fq_status status = FQ_OK;
+                    for (int blocks = 0; blocks < 2; ++blocks) {
+                        fq_force_bn_blocks(blocks);
+                        status |= fq_bn_grad(dy, x, dtypes[t], shape, scale, mean, var, 1e-3f, 1, dx[blocks],
+                                             ds[blocks], doff[blocks]);
+                    }
+                    fq_force_bn_blocks(-1);
+                    expect(status == FQ_OK && memcmp(dx[0], dx[1], n * es) == 0 &&
+                           memcmp(ds[0], ds[1], c * sizeof(float)) == 0 &&
+                           memcmp(doff[0], doff[1], c * sizeof(float)) == 0,
+                           "%s threads=%d %s %zux%zux%zu: blocks and two passes differ", fq_isa_name(isas[k]),
+                           threads, dtype_names[t], shape.outer, c, shape.inner);
+                }
+            free(x);
+            free(dy);
+            free(dx[0]);
+            free(dx[1]);
+            free(per_channel);
+        }
+    fq_set_num_threads(1);
+}
+
 static void sweep_rounded_once(void) { test_rounded_once(); report_tolerated(); }
 static void sweep_shapes(void) { test_shapes(); report_tolerated(); }
 static void sweep_in_place(void) { test_in_place(); report_tolerated(); }
@@ -1526,6 +1574,7 @@ int main(void) {
         {"shapes x layouts x types", sweep_shapes},
         {"in place", sweep_in_place},
         {"large, threads 1..4", sweep_large},
+        {"channels-first gradient: blocks and two passes", test_gradient_walks},
         {"streamed output, threads 1..4", sweep_streaming},
     };
     return harness_main("C kernel harness (batch norm)", sections, sizeof sections / sizeof sections[0]);

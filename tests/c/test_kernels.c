@@ -1016,7 +1016,7 @@ static void test_per_channel_flat_walk(void) {
                           ALIAS_NONE);
 }
 
-/* Each row walk of the per-channel forward (fq_choices.h), forced whatever this CPU is: rows 4 KiB
+/* Each row walk of the per-channel forward (common/kernel_choices.h), forced whatever this CPU is: rows 4 KiB
    apart in and past L2, other periods past L2, and periods with a tail, on 1 to 4 threads. */
 static void test_per_channel_row_walks(void) {
     const size_t shapes[][2] = {{1024, 9}, {1024, 260}, {512, 520}, {384, 700}, {1000, 300}, {48, 6000}};

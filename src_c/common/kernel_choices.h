@@ -1,13 +1,13 @@
 /* Walks whose speed depends on the CPU's microarchitecture, chosen at run time from what the CPU
    is (cpuid's vendor), never from the build machine; fq_kernel_choices() (fqcore.h) says what was
-   chosen. Every choice gives the same bits. */
-#ifndef FQ_CHOICES_H
-#define FQ_CHOICES_H
+   chosen. Every choice gives the same bits; the C harness forces each one on any CPU. */
+#ifndef FQ_KERNEL_CHOICES_H
+#define FQ_KERNEL_CHOICES_H
 
 #include "../include/fqcore.h"
 
 /* How the SIMD per-channel forward walks the rows of a call that is not flat
-   (fq_channel_walk.h). */
+   (fake_quant/fq_channel_walk.h). */
 typedef enum {
     /* FQ_ROWS_PER_GRID rows a step, sharing each grid load. */
     FQ_ROWS_SHARE_GRID = 0,
@@ -23,5 +23,12 @@ typedef enum {
    checks that each walk gives the same bits on any CPU), fq_force_row_walk(-1) undoes it. */
 fq_row_walk fq_row_walk_for(fq_isa isa);
 void fq_force_row_walk(int walk);
+
+/* Whether a channels-first batch-norm gradient walks blocks of channels (each block's sums,
+   constants and elementwise pass while its x and dy are in L2: batch_norm/bn_walk.c), rather than
+   the sums over the whole tensor, then the pass. fq_force_bn_blocks(1 or 0) fixes it for every
+   CPU, fq_force_bn_blocks(-1) undoes that. */
+int fq_bn_gradient_blocks(void);
+void fq_force_bn_blocks(int blocks);
 
 #endif

@@ -1,0 +1,90 @@
+/* The kernels' CPU-dependent walk choices (kernel_choices.h). */
+#include "kernel_choices.h"
+
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+
+/* 1 for AMD's and Hygon's Zen cores, whose measurements chose the shared rows. */
+static int cpu_is_zen(void) {
+    unsigned int max_leaf, b, c, d;
+    if (!__get_cpuid(0, &max_leaf, &b, &c, &d)) return 0;
+    char vendor[13];
+    memcpy(vendor, &b, 4);
+    memcpy(vendor + 4, &d, 4);
+    memcpy(vendor + 8, &c, 4);
+    vendor[12] = '\0';
+    return strcmp(vendor, "AuthenticAMD") == 0 || strcmp(vendor, "HygonGenuine") == 0;
+}
+#else
+static int cpu_is_zen(void) { return 0; }
+#endif
+
+/* 1 on a Zen core, found once. */
+static int on_zen(void) {
+    static int zen = -1;
+    int is_zen = __atomic_load_n(&zen, __ATOMIC_RELAXED);
+    if (is_zen < 0) {
+        is_zen = cpu_is_zen();
+        __atomic_store_n(&zen, is_zen, __ATOMIC_RELAXED);
+    }
+    return is_zen;
+}
+
+static int forced = -1;
+
+/* Zen 4 (fake_quant/fq_channel_walk.h): rows sharing grid loads everywhere, in pairs at 4 KiB on AVX-512.
+   Intel Xeon (Sapphire Rapids class), past L2: one row at a time with four vectors loaded ahead
+   matches the per-tensor forward wherever out sits against x, where rows sharing grid loads lose
+   up to 1.5x; NEON, never measured past L2 with shared rows, keeps the one-row walk it had. */
+fq_row_walk fq_row_walk_for(fq_isa isa) {
+    const int walk = __atomic_load_n(&forced, __ATOMIC_RELAXED);
+    if (walk >= 0) return (fq_row_walk)walk;
+    if (!on_zen()) return FQ_ONE_ROW_PAST_L2;
+    return isa == FQ_ISA_AVX512 ? FQ_ROWS_SHARE_GRID_PAIRS_AT_4K : FQ_ROWS_SHARE_GRID;
+}
+
+void fq_force_row_walk(int walk) {
+    __atomic_store_n(&forced, walk >= 0 && walk < FQ_ROW_WALK_COUNT ? walk : -1, __ATOMIC_RELAXED);
+}
+
+static int forced_bn_blocks = -1;
+
+/* Intel Xeon (Sapphire-Rapids class, 2 MiB L2), one thread, compare.py: NCHW 64x256x14x14 2.28 ->
+   2.00 ms, 32x64x56x56 4.59 -> 4.06-4.14 ms with the blocks (bn_walk.c has the detail). AMD Zen 5
+   (EPYC, family 26, 1 MiB L2), the other way: 64x256x14x14 back to back 2.63-2.99 ms with blocks
+   of 256 KiB to 1 MiB, 1.86-1.94 in two passes; in compare.py 3.06 against 2.06 ms (32x64x56x56:
+   3.15 against 3.07). A block's slice of each batch is a few KiB there, too short for Zen's
+   prefetchers; asking for the next slice ahead took blocks to 2.07 ms, still behind. */
+int fq_bn_gradient_blocks(void) {
+    const int blocks = __atomic_load_n(&forced_bn_blocks, __ATOMIC_RELAXED);
+    return blocks >= 0 ? blocks : !on_zen();
+}
+
+void fq_force_bn_blocks(int blocks) {
+    __atomic_store_n(&forced_bn_blocks, blocks == 0 || blocks == 1 ? blocks : -1, __ATOMIC_RELAXED);
+}
+
+const char *fq_kernel_choices(void) {
+    const fq_isa isa = fq_get_isa();
+    if (isa == FQ_ISA_SCALAR) return "scalar kernels: no choices";
+    const int blocks = fq_bn_gradient_blocks();
+    switch (fq_row_walk_for(isa)) {
+    case FQ_ROWS_SHARE_GRID:
+        return blocks ? "per-channel forward: rows sharing grid loads; batch-norm channels-first "
+                        "gradient: blocks of channels"
+                      : "per-channel forward: rows sharing grid loads; batch-norm channels-first "
+                        "gradient: two passes";
+    case FQ_ROWS_SHARE_GRID_PAIRS_AT_4K:
+        return blocks ? "per-channel forward: rows sharing grid loads, in pairs 4 KiB apart; "
+                        "batch-norm channels-first gradient: blocks of channels"
+                      : "per-channel forward: rows sharing grid loads, in pairs 4 KiB apart; "
+                        "batch-norm channels-first gradient: two passes";
+    default:
+        return blocks ? "per-channel forward: rows sharing grid loads in L2, one row at a time past "
+                        "it; batch-norm channels-first gradient: blocks of channels"
+                      : "per-channel forward: rows sharing grid loads in L2, one row at a time past "
+                        "it; batch-norm channels-first gradient: two passes";
+    }
+}
