@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,18 @@ void *xmalloc_aligned(size_t bytes) {
 
 fq_isa isas[FQ_ISA_COUNT];
 int n_isas;
+
+void set_fpcr_bit(unsigned bit, int on) {
+#if defined(__aarch64__)
+    uint64_t fpcr;
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+    fpcr = on ? fpcr | ((uint64_t)1 << bit) : fpcr & ~((uint64_t)1 << bit);
+    __asm__ __volatile__("msr fpcr, %0" : : "r"(fpcr));
+#else
+    (void)bit;
+    (void)on;
+#endif
+}
 
 void set_isa_threads(fq_isa isa, int threads) {
     fq_status s = fq_set_isa(isa);

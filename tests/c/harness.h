@@ -35,6 +35,9 @@ extern int n_isas;
 /* Exits the run when the library refuses (a harness bug, not a kernel one). */
 void set_isa_threads(fq_isa isa, int threads);
 
+/* Sets (on) or clears FPCR bit `bit` of the calling thread on AArch64; nothing elsewhere. */
+void set_fpcr_bit(unsigned bit, int on);
+
 typedef struct {
     const char *name;
     void (*fn)(void);

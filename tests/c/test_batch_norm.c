@@ -1406,12 +1406,7 @@ static void test_errors(void) {
    also FPCR.DN (default NaN: every NaN result becomes the default NaN). */
 static void caller_state(int odd) {
     fesetround(odd ? FE_TOWARDZERO : FE_TONEAREST);
-#if defined(__aarch64__)
-    uint64_t fpcr;
-    __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
-    fpcr = odd ? fpcr | ((uint64_t)1 << 25) : fpcr & ~((uint64_t)1 << 25);
-    __asm__ __volatile__("msr fpcr, %0" : : "r"(fpcr));
-#endif
+    set_fpcr_bit(25, odd);
 }
 
 /* Results do not depend on the caller's rounding mode (nor FPCR.DN): the spec rounds to nearest

@@ -353,13 +353,8 @@ static void test_statuses(void) {
 static void caller_flushes(int on) {
 #if defined(__x86_64__) || defined(__i386__)
     _mm_setcsr(on ? _mm_getcsr() | 0x8040u : _mm_getcsr() & ~0x8040u);
-#elif defined(__aarch64__)
-    uint64_t fpcr;
-    __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
-    fpcr = on ? fpcr | ((uint64_t)1 << 24) : fpcr & ~((uint64_t)1 << 24);
-    __asm__ __volatile__("msr fpcr, %0" : : "r"(fpcr));
 #else
-    (void)on;
+    set_fpcr_bit(24, on);
 #endif
 }
 
