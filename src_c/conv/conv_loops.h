@@ -235,10 +235,6 @@ CONV_INLINE conv_taps gather_taps(const fq_conv_geometry *g, size_t pixel, const
     return t;
 }
 
-/* Two gradients' sums of one block, a and b, each as block_pixels makes it, added as the caller
-   adds: in the kernels' state, unless a lane's sum came out 0 from terms that do not cancel (the
-   kernels flush a subnormal result to zero; the exact sum, then always representable, is what
-   the caller gets without flushing) or the caller's state is another (sum->sum_in_caller_state). */
 typedef int conv_mask __attribute__((vector_size(CONV_CHANNELS * sizeof(int))));
 
 /* Out of line, so that the sums read a and b after the caller's state is back. */
@@ -253,6 +249,10 @@ static __attribute__((noinline)) void store_sum_in_caller_state(float *out, size
     fq_fpenv_leave(kernels);
 }
 
+/* Two gradients' sums of one block, a and b, each as block_pixels makes it, added as the caller
+   adds: in the kernels' state, unless a lane's sum came out 0 from terms that do not cancel (the
+   kernels flush a subnormal result to zero; the exact sum, then always representable, is what
+   the caller gets without flushing) or the caller's state is another (sum->sum_in_caller_state). */
 CONV_INLINE void block_store_sum(float *out, size_t out_step, const conv_vec *a, const conv_vec *b,
                                  size_t pixels, size_t width, const fq_conv_sum_job *sum) {
     conv_vec total[CONV_PIXELS];
