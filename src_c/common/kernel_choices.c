@@ -66,25 +66,19 @@ void fq_force_bn_blocks(int blocks) {
     __atomic_store_n(&forced_bn_blocks, blocks == 0 || blocks == 1 ? blocks : -1, __ATOMIC_RELAXED);
 }
 
+#define ROWS_SHARE "per-channel forward: rows sharing grid loads"
+#define PAIRS_AT_4K ROWS_SHARE ", in pairs 4 KiB apart"
+#define ONE_ROW_PAST_L2 ROWS_SHARE " in L2, one row at a time past it"
+#define BN_BLOCKS "; batch-norm channels-first gradient: blocks of channels"
+#define BN_PASSES "; batch-norm channels-first gradient: two passes"
+
 const char *fq_kernel_choices(void) {
     const fq_isa isa = fq_get_isa();
     if (isa == FQ_ISA_SCALAR) return "scalar kernels: no choices";
     const int blocks = fq_bn_gradient_blocks();
     switch (fq_row_walk_for(isa)) {
-    case FQ_ROWS_SHARE_GRID:
-        return blocks ? "per-channel forward: rows sharing grid loads; batch-norm channels-first "
-                        "gradient: blocks of channels"
-                      : "per-channel forward: rows sharing grid loads; batch-norm channels-first "
-                        "gradient: two passes";
-    case FQ_ROWS_SHARE_GRID_PAIRS_AT_4K:
-        return blocks ? "per-channel forward: rows sharing grid loads, in pairs 4 KiB apart; "
-                        "batch-norm channels-first gradient: blocks of channels"
-                      : "per-channel forward: rows sharing grid loads, in pairs 4 KiB apart; "
-                        "batch-norm channels-first gradient: two passes";
-    default:
-        return blocks ? "per-channel forward: rows sharing grid loads in L2, one row at a time past "
-                        "it; batch-norm channels-first gradient: blocks of channels"
-                      : "per-channel forward: rows sharing grid loads in L2, one row at a time past "
-                        "it; batch-norm channels-first gradient: two passes";
+    case FQ_ROWS_SHARE_GRID: return blocks ? ROWS_SHARE BN_BLOCKS : ROWS_SHARE BN_PASSES;
+    case FQ_ROWS_SHARE_GRID_PAIRS_AT_4K: return blocks ? PAIRS_AT_4K BN_BLOCKS : PAIRS_AT_4K BN_PASSES;
+    default: return blocks ? ONE_ROW_PAST_L2 BN_BLOCKS : ONE_ROW_PAST_L2 BN_PASSES;
     }
 }
