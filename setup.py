@@ -54,14 +54,19 @@ COMMON_SOURCES = [
     "conv/conv_scalar.c",
     "channel/channel_api.c",
     "channel/channel_scalar.c",
+    "matmul/matmul_api.c",
+    "matmul/matmul_scalar.c",
 ]
 ISA_SOURCES = {
     "AVX2": ["fake_quant/fq_avx2.c", "batch_norm/bn_avx2.c", "range/range_avx2.c",
-             "conv/conv_avx2.c", "channel/channel_avx2.c"],
+             "conv/conv_avx2.c", "channel/channel_avx2.c",
+             "matmul/matmul_avx2.c"],
     "AVX512": ["fake_quant/fq_avx512.c", "batch_norm/bn_avx512.c", "range/range_avx512.c",
-               "conv/conv_avx512.c", "channel/channel_avx512.c"],
+               "conv/conv_avx512.c", "channel/channel_avx512.c",
+               "matmul/matmul_avx512.c"],
     "NEON": ["fake_quant/fq_neon.c", "batch_norm/bn_neon.c", "range/range_neon.c",
-             "conv/conv_neon.c", "channel/channel_neon.c"],
+             "conv/conv_neon.c", "channel/channel_neon.c",
+             "matmul/matmul_neon.c"],
 }
 # Per ISA: the target its kernel files are for, a probe using their intrinsics, their flags.
 PROBES = {

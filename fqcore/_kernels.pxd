@@ -1,3 +1,5 @@
+from libc.stddef cimport ptrdiff_t
+
 # The C API of src_c/include/fqcore.h, as Cython sees it.
 cdef extern from "fqcore.h" nogil:
     ctypedef enum fq_status:
@@ -133,3 +135,7 @@ cdef extern from "fqcore.h" nogil:
     fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels,
                                           const float *mean, const float *grad_mean,
                                           const float *grad_var, float count, float *x_backprop)
+
+    fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_column_stride,
+                            const float *b, ptrdiff_t b_row_stride, ptrdiff_t b_column_stride,
+                            size_t m, size_t depth, size_t n, float *c)

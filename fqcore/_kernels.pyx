@@ -600,3 +600,27 @@ def fold_batch_norm_grad(const float[::1] x, size_t channels, const float[::1] m
         rc = fq_f32_fold_batch_norm_grad(_cptr(x), x.shape[0], channels, m, gm, gv, count,
                                          _ptr(x_backprop))
     _check(rc)
+
+
+cdef inline ptrdiff_t _stride(Py_ssize_t stride_bytes, str name) except? -1:
+    if stride_bytes % <Py_ssize_t>sizeof(float):
+        raise ValueError(f"{name}'s strides must be whole float32 elements, got {stride_bytes} bytes")
+    return stride_bytes // <Py_ssize_t>sizeof(float)
+
+
+def matmul(const float[:, :] a, const float[:, :] b, float[:, ::1] c):
+    """c = a @ b (fq_f32_matmul): a [m, depth] and b [depth, n] of any strides, c [m, n]."""
+    cdef fq_status rc
+    cdef size_t m = a.shape[0], depth = a.shape[1], n = b.shape[1]
+    if <size_t>b.shape[0] != depth:
+        raise ValueError(f"b must have {depth} rows (a's columns), got {b.shape[0]}")
+    if <size_t>c.shape[0] != m or <size_t>c.shape[1] != n:
+        raise ValueError(f"c must be [{m}, {n}], got [{c.shape[0]}, {c.shape[1]}]")
+    cdef ptrdiff_t ar = _stride(a.strides[0], "a"), ac = _stride(a.strides[1], "a")
+    cdef ptrdiff_t br = _stride(b.strides[0], "b"), bc = _stride(b.strides[1], "b")
+    cdef const float *ap = &a[0, 0] if m * depth > 0 else NULL
+    cdef const float *bp = &b[0, 0] if depth * n > 0 else NULL
+    cdef float *cp = &c[0, 0] if m * n > 0 else NULL
+    with nogil:
+        rc = fq_f32_matmul(ap, ar, ac, bp, br, bc, m, depth, n, cp)
+    _check(rc)

@@ -1,6 +1,6 @@
 """Builds and runs the C test binaries of tests/c (fake quantization: test_kernels; batch norm:
 test_batch_norm; range observer: test_range; thread pool and CPU budget: test_threads; convolution helpers:
-test_conv; per-channel chains: test_channel): natively, under ASan + UBSan, and for aarch64 (NEON)
+test_conv; per-channel chains: test_channel; matrix product: test_matmul): natively, under ASan + UBSan, and for aarch64 (NEON)
 under qemu-user."""
 import os
 import shutil
@@ -17,7 +17,7 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # One binary per family; `make native` (aarch64, sanitized) builds all of them.
 BINARIES = ["test_kernels", "test_batch_norm", "test_range", "test_threads", "test_conv",
-            "test_channel"]
+            "test_channel", "test_matmul"]
 
 
 def _missing(*tools):
@@ -69,13 +69,14 @@ def test_native_kernels_under_address_and_undefined_behavior_sanitizers(binary):
                                  os.path.join("build", binary + "_sanitized")])
 
 
-THREADSAN_BINARIES = ["test_threads", "test_range", "test_conv"]
+THREADSAN_BINARIES = ["test_threads", "test_range", "test_conv", "test_matmul"]
 
 
 @pytest.mark.parametrize("binary", THREADSAN_BINARIES)
 def test_thread_pool_has_no_data_race_under_thread_sanitizer(binary):
-    """The pool's handover of calls between threads, and the range walk's sharing of work over it,
-    under ThreadSanitizer: any data race aborts the run."""
+    """The pool's handover of calls between threads, and the range walk's, the convolution
+    helpers' and the matrix product's sharing of work over it, under ThreadSanitizer: any data
+    race aborts the run."""
     missing = _missing("make", "gcc")
     if missing:
         pytest.skip(f"the ThreadSanitizer harness needs {', '.join(missing)} on PATH")

@@ -11,6 +11,10 @@ from .. import _kernels
 
 _PADDINGS = ("SAME", "VALID")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+FLOAT32 = np.dtype(np.float32)
+_AVX512 = _kernels.ISA_NAMES.index("avx512")
+# The column block of fq_f32_matmul on AVX-512 (matmul_avx512.c: 2 vectors of 16).
+_OWN_COLUMNS = 32
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -250,9 +254,30 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
     return conv2d_planned(x, w, cols, g)
 
 
+def _own_product(a, b):
+    """Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 path, with one of
+    a's strides one element (its rows contiguous, or it is such an array transposed: the kernel
+    reads a in place) and b's columns a multiple of the kernel's blocks (_OWN_COLUMNS: none is
+    padded). There, on AMD Zen 5 (2 cores), it took 0.5-1.0x the time of numpy's OpenBLAS at the
+    benchmark models' convolutions; with 8, 16 or 48 columns 1.5-3.6x, and on the AVX2 path
+    0.7-1.4x, so those keep the BLAS."""
+    return (a.dtype == FLOAT32 and b.dtype == FLOAT32 and 4 in a.strides
+            and b.shape[1] % _OWN_COLUMNS == 0 and _kernels.get_isa() == _AVX512)
+
+
+def _product(a, b):
+    """a @ b of 2-D arrays: fqcore's fq_f32_matmul where _own_product says so (its sums are in a
+    fixed order: the same bits on every thread count), else numpy's BLAS."""
+    if _own_product(a, b):
+        c = np.empty((a.shape[0], b.shape[1]), FLOAT32)
+        _kernels.matmul(a, b, c)
+        return c
+    return np.matmul(a, b)
+
+
 def conv2d_planned(x, w, cols, g):
     """conv2d of arrays that conv_geometry checked as `g`, given their columns."""
-    y = np.matmul(cols, w.reshape(-1, w.shape[3]))
+    y = _product(cols, w.reshape(-1, w.shape[3]))
     return y.reshape(x.shape[0], g.oh, g.ow, w.shape[3])
 
 
@@ -268,13 +293,15 @@ def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols
 
 
 def _filter_gradient(cols, dy):
-    """cols' dy ([window, O]). OpenBLAS runs the product faster with the longer side of the result
-    as its rows: with fewer window entries than outputs (a 1x1 expansion, a head) it computes
-    (dy' cols)' (2 cores, Intel Xeon: 0.23 against 0.38 ms at [8192, 16] x [8192, 96], 0.22
-    against 0.29 at [512, 32] x [512, 1280]; the same or slower the other way round)."""
-    if cols.shape[1] < dy.shape[1]:
-        return np.matmul(dy.T, cols).T
-    return np.matmul(cols.T, dy)
+    """cols' dy ([window, O]), or (dy' cols)' where that runs faster. Both BLAS and fqcore's
+    kernel do with the longer side of the result as its rows, where _own_product allows the
+    kernel either way round. OpenBLAS, 2 cores, Intel Xeon: 0.23 against 0.38 ms at [8192, 16] x
+    [8192, 96], 0.22 against 0.29 at [512, 32] x [512, 1280]; the same or slower the other way
+    round. The kernel, AMD Zen 5: 82 against 96 us at [1024, 288] x [1024, 64]."""
+    window, outputs = cols.shape[1], dy.shape[1]
+    own = _own_product(cols.T, dy), _own_product(dy.T, cols)
+    flip = own[1] and (not own[0] or outputs > window) if any(own) else window < outputs
+    return _product(dy.T, cols).T if flip else _product(cols.T, dy)
 
 
 def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
@@ -291,9 +318,9 @@ def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
     if not input_gradient:
         return None, dw
     if len(terms) == 1:
-        dcols = np.matmul(terms[0][1], terms[0][0].T)
+        dcols = _product(terms[0][1], terms[0][0].T)
     else:
-        dcols = np.matmul(np.concatenate([grad for _, grad in terms], axis=1),
+        dcols = _product(np.concatenate([grad for _, grad in terms], axis=1),
                           np.concatenate([filters for filters, _ in terms], axis=1).T)
     dx = _col2im(dcols, x.shape, w.shape[:2], g.oh, g.ow, g.pads, g.strides, g.dilations, x.dtype)
     return dx, dw

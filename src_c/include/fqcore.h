@@ -267,6 +267,19 @@ fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels,
                                       const float *grad_mean, const float *grad_var, float count,
                                       float *x_backprop);
 
+/* --- Matrix product (float32): the training engine's convolutions and dense layers. ---
+   c [m, n] (contiguous) = a [m, depth] times b [depth, n], with a[i, p] at
+   a + i * a_row_stride + p * a_column_stride and b[p, j] at b + p * b_row_stride +
+   j * b_column_stride (strides in floats, any sign: a transposed operand is a swap of its
+   strides). Each element is the sum over p = 0 .. depth-1 of a[i, p] * b[p, j] as fused
+   multiply-adds in that order, from 0.0f, with subnormals flushed: the same bits on every ISA and
+   thread count (a BLAS sums in an order of its own). c must not overlap a or b. Errors: sizes
+   whose products overflow: FQ_ERR_BAD_SHAPE; a NULL array with elements: FQ_ERR_NULL_POINTER;
+   the packed copy of b cannot be had: FQ_ERR_NO_MEMORY. */
+fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_column_stride,
+                        const float *b, ptrdiff_t b_row_stride, ptrdiff_t b_column_stride,
+                        size_t m, size_t depth, size_t n, float *c);
+
 #ifdef __cplusplus
 }
 #endif

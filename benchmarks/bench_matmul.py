@@ -1,0 +1,82 @@
+"""asv benchmarks of fqcore's float32 matrix product (fq_f32_matmul) against numpy's np.matmul (its
+BLAS) at the products of the training benchmarks' convolutions, per ISA, on fqcore's default
+threads and BLAS's. `python benchmarks/bench_matmul.py` prints the ratios for every available ISA.
+"""
+import time
+
+import numpy as np
+
+import fqcore
+from fqcore import _kernels
+
+ISAS = ["scalar", "avx2", "avx512", "neon"]
+# (name, m, depth, n, a transposed): the demo's stride-2 3x3 convolution forward, its input
+# gradient (the fold's two products in one), its filter gradient, and the demo's 1x1 forward.
+PRODUCTS = {
+    "forward_1024x288x64": (1024, 288, 64, False),
+    "input_grad_1024x128x288": (1024, 128, 288, False),
+    "filter_grad_288x1024x64": (288, 1024, 64, True),
+    "forward_4096x32x32": (4096, 32, 32, False),
+}
+
+
+class TimeMatmul:
+    """One product: fqcore's kernel and np.matmul into the same output."""
+
+    params = [list(PRODUCTS), ISAS]
+    param_names = ["product", "isa"]
+    timeout = 300
+
+    def setup(self, product, isa):
+        if isa not in fqcore.available_isas():
+            raise NotImplementedError(f"ISA {isa} is not available here "
+                                      f"({', '.join(fqcore.available_isas())})")
+        self._saved = fqcore.get_isa()
+        fqcore.set_isa(isa)
+        m, depth, n, transposed = PRODUCTS[product]
+        rng = np.random.default_rng(20261202)
+        self.a = (rng.standard_normal((depth, m), dtype=np.float32).T if transposed
+                  else rng.standard_normal((m, depth), dtype=np.float32))
+        self.b = rng.standard_normal((depth, n), dtype=np.float32)
+        self.c = np.empty((m, n), np.float32)
+        self.time_fqcore(product, isa)  # pages in c
+
+    def teardown(self, *params):
+        saved = getattr(self, "_saved", None)
+        if saved is not None:
+            fqcore.set_isa(saved)
+
+    def time_fqcore(self, product, isa):
+        _kernels.matmul(self.a, self.b, self.c)
+
+    def time_numpy(self, product, isa):
+        np.matmul(self.a, self.b, out=self.c)
+
+
+def _best(fn, seconds=0.5):
+    """Best time of one call over repeated calls (at least 5)."""
+    fn()
+    best, calls, start = float("inf"), 0, time.perf_counter()
+    while calls < 5 or time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+        calls += 1
+    return best
+
+
+def main():
+    bench = TimeMatmul()
+    print("| product | ISA | fqcore us | np.matmul us | fqcore / numpy |")
+    print("|---|---|---|---|---|")
+    for product in PRODUCTS:
+        for isa in fqcore.available_isas():
+            bench.setup(product, isa)
+            ours = _best(lambda: bench.time_fqcore(product, isa))
+            theirs = _best(lambda: bench.time_numpy(product, isa))
+            bench.teardown()
+            print(f"| {product} | {isa} | {ours * 1e6:.0f} | {theirs * 1e6:.0f} | {ours / theirs:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""fqcore's float32 matrix product (fq_f32_matmul through _kernels.matmul) and where the graph's
+convolutions use it (nn_numpy._product): within the error bound of a sum of fused multiply-adds
+against float64, the same bits on every ISA, thread count and operand layout, NaN and infinities
+as IEEE arithmetic gives them, and clear errors for bad arguments."""
+import numpy as np
+import pytest
+
+import fqcore
+from fqcore import _kernels
+from fqcore.graph import nn_numpy
+
+SHAPES = [(1, 1, 1), (5, 9, 3), (12, 256, 32), (13, 257, 33), (25, 300, 64), (100, 37, 17),
+          (4096, 9, 32), (64, 64, 10)]
+
+
+def _product(a, b):
+    c = np.empty((a.shape[0], b.shape[1]), np.float32)
+    _kernels.matmul(a, b, c)
+    return c
+
+
+def _layouts(x):
+    """x in the layouts the kernel reads differently: rows contiguous, transposed (columns
+    contiguous), and strided both ways (every other row and column of a larger array)."""
+    rows, columns = x.shape
+    strided = np.zeros((2 * rows, 2 * columns), np.float32)
+    strided[::2, ::2] = x
+    return {"rows": np.ascontiguousarray(x), "columns": np.asfortranarray(x),
+            "strided": strided[::2, ::2]}
+
+
+@pytest.mark.parametrize("m,depth,n", SHAPES)
+def test_within_the_bound_of_fused_sums(isa, m, depth, n):
+    """|c - a @ b| <= depth * 2^-24 * (|a| @ |b|) elementwise, against float64."""
+    rng = np.random.default_rng(m * 1000 + depth + n)
+    a = rng.standard_normal((m, depth)).astype(np.float32)
+    b = rng.standard_normal((depth, n)).astype(np.float32)
+    c = _product(a, b)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = depth * 2.0 ** -24 * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64))
+    assert np.all(np.abs(c - exact) <= bound)
+
+
+def test_small_integers_are_exact(isa):
+    rng = np.random.default_rng(3)
+    a = rng.integers(-8, 9, (37, 70)).astype(np.float32)
+    b = rng.integers(-8, 9, (70, 45)).astype(np.float32)
+    np.testing.assert_array_equal(_product(a, b), (a.astype(np.int64) @ b.astype(np.int64)))
+
+
+def test_each_term_is_a_fused_multiply_add(isa):
+    """-1 - 2^-11 + (1 + 2^-12)^2 is 2^-24 exactly; a rounded square first would give 0."""
+    a = np.array([[-1 - 2.0 ** -11, 1 + 2.0 ** -12]], np.float32)
+    b = np.array([[1], [1 + 2.0 ** -12]], np.float32)
+    assert _product(a, b)[0, 0] == np.float32(2.0 ** -24)
+
+
+def test_same_bits_on_every_isa_thread_count_and_layout():
+    rng = np.random.default_rng(7)
+    cases = [(m, depth, n, rng.standard_normal((m, depth)).astype(np.float32),
+              rng.standard_normal((depth, n)).astype(np.float32)) for m, depth, n in SHAPES]
+    previous_isa, previous_threads = fqcore.get_isa(), fqcore.get_num_threads()
+    expected = {}
+    try:
+        for isa in fqcore.available_isas():
+            fqcore.set_isa(isa)
+            for threads in (1, 2, 3):
+                fqcore.set_num_threads(threads)
+                for m, depth, n, a, b in cases:
+                    for a_name, a_view in _layouts(a).items():
+                        for b_name, b_view in _layouts(b).items():
+                            c = _product(a_view, b_view).view(np.uint32)
+                            key = (m, depth, n)
+                            if key not in expected:
+                                expected[key] = c
+                            assert np.array_equal(c, expected[key]), (isa, threads, key, a_name, b_name)
+    finally:
+        fqcore.set_isa(previous_isa)
+        fqcore.set_num_threads(previous_threads)
+
+
+def test_nan_and_infinities(isa):
+    a = np.ones((3, 4), np.float32)
+    b = np.ones((4, 2), np.float32)
+    a[0, 1] = np.nan
+    a[1, 2] = np.inf
+    b[2, 1] = 0.0
+    c = _product(a, b)
+    assert np.isnan(c[0]).all()
+    assert c[1, 0] == np.inf and np.isnan(c[1, 1])  # inf * 0 is NaN
+    np.testing.assert_array_equal(c[2], [4.0, 3.0])
+
+
+def test_subnormals_are_flushed(isa):
+    """As TF's CPU kernels run: subnormal operands count as zero."""
+    a = np.array([[1e-40, 1.0]], np.float32)
+    b = np.array([[1.0], [0.0]], np.float32)
+    assert _product(a, b)[0, 0] == 0.0
+
+
+def test_empty_operands():
+    np.testing.assert_array_equal(_product(np.ones((3, 0), np.float32), np.ones((0, 2), np.float32)),
+                                  np.zeros((3, 2), np.float32))
+    assert _product(np.ones((0, 4), np.float32), np.ones((4, 5), np.float32)).shape == (0, 5)
+
+
+@pytest.mark.parametrize("a,b,c,error,pattern", [
+    (np.ones((2, 3), np.float32), np.ones((4, 2), np.float32), np.empty((2, 2), np.float32),
+     ValueError, "b must have 3 rows"),
+    (np.ones((2, 3), np.float32), np.ones((3, 2), np.float32), np.empty((3, 2), np.float32),
+     ValueError, r"c must be \[2, 2\]"),
+    (np.ones((2, 3), np.float64), np.ones((3, 2), np.float32), np.empty((2, 2), np.float32),
+     ValueError, "dtype"),
+    (np.ones((2, 3), np.float32), np.ones((3, 2), np.float32), np.empty((2, 2), np.float32).T,
+     ValueError, "contiguous"),
+    (np.frombuffer(bytes(26), np.float32, 6, 1).reshape(2, 3), np.ones((3, 2), np.float32),
+     np.empty((2, 2), np.float32), None, None),
+])
+def test_bad_arguments(a, b, c, error, pattern):
+    if error is None:  # unaligned data with whole-element strides is read as it is
+        _kernels.matmul(a, b, c)
+        np.testing.assert_array_equal(c, a.astype(np.float64) @ b)
+        return
+    with pytest.raises(error, match=pattern):
+        _kernels.matmul(a, b, c)
+
+
+def test_strides_must_be_whole_elements():
+    raw = np.zeros(64, np.uint8)
+    a = np.lib.stride_tricks.as_strided(raw[:4].view(np.float32), (2, 2), (6, 4))
+    with pytest.raises(ValueError, match="a's strides must be whole float32 elements, got 6"):
+        _kernels.matmul(a, np.ones((2, 2), np.float32), np.empty((2, 2), np.float32))
+
+
+def test_filter_gradient_either_way_round_gives_the_same_bits(isa):
+    """nn_numpy computes cols' dy or (dy' cols)' by which runs faster; fqcore's kernel gives the
+    same bits both ways (a fused multiply-add does not depend on its factors' order), and BLAS
+    agrees to float32 rounding."""
+    rng = np.random.default_rng(11)
+    for pixels, window, outputs in [(4096, 9, 32), (1024, 288, 64), (512, 96, 16), (300, 32, 96)]:
+        cols = rng.standard_normal((pixels, window)).astype(np.float32)
+        dy = rng.standard_normal((pixels, outputs)).astype(np.float32)
+        dw = nn_numpy._filter_gradient(cols, dy)
+        straight, flipped = _product(cols.T, dy), _product(dy.T, cols).T
+        np.testing.assert_array_equal(straight, flipped)
+        if nn_numpy._own_product(cols.T, dy) or nn_numpy._own_product(dy.T, cols):
+            np.testing.assert_array_equal(dw, straight)
+        else:
+            np.testing.assert_allclose(dw, straight, rtol=1e-4, atol=1e-3)
+
+
+def test_convolutions_use_the_kernel_on_avx512_only(isa):
+    """On the AVX-512 path a float32 convolution's product is fqcore's (its bits); elsewhere
+    numpy's, to float32 rounding of the same sums."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 6, 8)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 8, 32)).astype(np.float32)
+    y = nn_numpy.conv2d(x, w)
+    cols = nn_numpy.conv2d_columns(x, w.shape)
+    own = _product(cols, w.reshape(-1, 32)).reshape(y.shape)
+    if isa == "avx512":
+        np.testing.assert_array_equal(y, own)
+    else:
+        np.testing.assert_allclose(y, own, rtol=1e-5, atol=1e-5)
