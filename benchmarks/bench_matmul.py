@@ -11,12 +11,14 @@ from fqcore import _kernels
 
 ISAS = ["scalar", "avx2", "avx512", "neon"]
 # (name, m, depth, n, a transposed): the demo's stride-2 3x3 convolution forward, its input
-# gradient (the fold's two products in one), its filter gradient, and the demo's 1x1 forward.
+# gradient (the fold's two products in one), its filter gradient, the demo's 1x1 forward, and a
+# MobileNet-v2 1x1 projection to 16 channels (the kernel's narrow blocks).
 PRODUCTS = {
     "forward_1024x288x64": (1024, 288, 64, False),
     "input_grad_1024x128x288": (1024, 128, 288, False),
     "filter_grad_288x1024x64": (288, 1024, 64, True),
     "forward_4096x32x32": (4096, 32, 32, False),
+    "forward_8192x96x16": (8192, 96, 16, False),
 }
 
 

@@ -13,8 +13,8 @@ _PADDINGS = ("SAME", "VALID")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 FLOAT32 = np.dtype(np.float32)
 _AVX512 = _kernels.ISA_NAMES.index("avx512")
-# The column block of fq_f32_matmul on AVX-512 (matmul_avx512.c: 2 vectors of 16).
-_OWN_COLUMNS = 32
+# fq_f32_matmul's narrower column block on AVX-512 (matmul_avx512.c: one vector of 16).
+_OWN_COLUMNS = 16
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -257,12 +257,14 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
 def _own_product(a, b):
     """Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 path, with one of
     a's strides one element (its rows contiguous, or it is such an array transposed: the kernel
-    reads a in place) and b's columns a multiple of the kernel's blocks (_OWN_COLUMNS: none is
-    padded). There, on AMD Zen 5 (2 cores), it took 0.5-1.0x the time of numpy's OpenBLAS at the
-    benchmark models' convolutions; with 8, 16 or 48 columns 1.5-3.6x, and on the AVX2 path
-    0.7-1.4x, so those keep the BLAS."""
+    reads a in place), b's columns a multiple of one vector (_OWN_COLUMNS: none is padded) and
+    _OWN_COLUMNS rows at least (fewer leave most of a register block's 12 or 24 rows empty).
+    There, on AMD Zen 5 (2 cores), it took 0.5-1.0x the time of numpy's OpenBLAS at the
+    benchmark models' convolutions, 1.2-1.3x at 48 columns; with 8 columns or 8 rows up to 2x,
+    and on the AVX2 path 0.7-1.4x, so those keep the BLAS."""
     return (a.dtype == FLOAT32 and b.dtype == FLOAT32 and 4 in a.strides
-            and b.shape[1] % _OWN_COLUMNS == 0 and _kernels.get_isa() == _AVX512)
+            and a.shape[0] >= _OWN_COLUMNS and b.shape[1] % _OWN_COLUMNS == 0
+            and _kernels.get_isa() == _AVX512)
 
 
 def _product(a, b):

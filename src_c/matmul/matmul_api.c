@@ -57,7 +57,9 @@ fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_colu
         return FQ_OK;
     }
     const fq_matmul_kernels *kernels = active_kernels();
-    const size_t width = kernels->block_columns;
+    const fq_matmul_shape *shape = n % kernels->wide.block_columns == 0 ? &kernels->wide
+                                                                        : &kernels->narrow;
+    const size_t width = shape->block_columns;
     const size_t blocks = n / width + (n % width != 0);
     fq_matmul_job job = {a, a_row_stride, a_column_stride, b, (size_t)b_row_stride, width, c, m,
                          depth, n};
@@ -74,12 +76,12 @@ fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_colu
         job.panel_row = width;
         job.panel_block = depth * width;
     }
-    const size_t row_blocks = (m + kernels->block_rows - 1) / kernels->block_rows;
+    const size_t row_blocks = (m + shape->block_rows - 1) / shape->block_rows;
     size_t fmas;
     if (__builtin_mul_overflow(elements, depth, &fmas)) fmas = SIZE_MAX;
     const fq_fpenv saved = fq_fpenv_enter();
     fq_parallel_for(fq_runtime_threads_for(fmas / FQ_MATMUL_FMAS_PER_ELEMENT, row_blocks),
-                    row_blocks, kernels->rows, &job);
+                    row_blocks, shape->rows, &job);
     fq_fpenv_leave(saved);
     free(panel);
     return FQ_OK;

@@ -1,13 +1,14 @@
-/* AVX2 matrix product: 8 lanes a vector, a block of 6 rows x 2 vectors (12 of the 16 YMM
-   registers hold c); the kernel is in matmul_simd.h. */
+/* AVX2 matrix product: 8 lanes a vector; blocks of 6 rows x 2 vectors and 12 rows x 1 vector
+   (12 of the 16 YMM registers hold c); the kernel is in matmul_simd.h. */
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "matmul_avx2.c must be built with -mavx2 -mfma (setup.py adds them)"
 #endif
 #include <immintrin.h>
 
 #define MM_LANES 8
-#define MM_ROWS 6
-#define MM_VECS 2
+#define MM_WIDE_ROWS 6
+#define MM_WIDE_VECS 2
+#define MM_NARROW_ROWS 12
 #define MM_TABLE fq_matmul__avx2
 
 typedef __m256 mm_v;

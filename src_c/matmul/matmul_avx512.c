@@ -1,13 +1,14 @@
-/* AVX-512 matrix product: 16 lanes a vector, a block of 12 rows x 2 vectors (24 of the 32 ZMM
-   registers hold c); the kernel is in matmul_simd.h. */
+/* AVX-512 matrix product: 16 lanes a vector; blocks of 12 rows x 2 vectors and 24 rows x 1
+   vector (24 of the 32 ZMM registers hold c); the kernel is in matmul_simd.h. */
 #if !defined(__AVX512F__)
 #error "matmul_avx512.c must be built with -mavx512f (setup.py adds it)"
 #endif
 #include <immintrin.h>
 
 #define MM_LANES 16
-#define MM_ROWS 12
-#define MM_VECS 2
+#define MM_WIDE_ROWS 12
+#define MM_WIDE_VECS 2
+#define MM_NARROW_ROWS 24
 #define MM_TABLE fq_matmul__avx512
 
 typedef __m512 mm_v;

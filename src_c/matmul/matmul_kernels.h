@@ -22,18 +22,25 @@ typedef struct {
 } fq_matmul_job;
 
 /* The kernels walk the depth in chunks of this many: a chunk of one column block of the panel
-   is 32 KiB at 32 columns, and one row block's a (12 rows on AVX-512) 12 KiB, so both stay in
-   the L1 and L2 caches while the chunk is summed. */
+   is 32 KiB at 32 columns, and one row block's a (12 or 24 rows on AVX-512) 12 or 24 KiB, so
+   both stay in the L1 and L2 caches while the chunk is summed. */
 #define FQ_MATMUL_DEPTH_CHUNK ((size_t)256)
 
-/* One ISA's kernel over a range of row blocks of `block_rows` rows (the last one partial), and
-   the column block width its panel is packed for. Each c element is the sum over p of
-   a[i, p] * b[p, j] as fused multiply-adds in order of p, from 0.0f: the same bits on every ISA
-   and for any split of the row blocks. */
+/* A kernel over a range of row blocks of `block_rows` rows (the last one partial), and the
+   column block width its panel is packed for. Each c element is the sum over p of
+   a[i, p] * b[p, j] as fused multiply-adds in order of p, from 0.0f: the same bits on every ISA,
+   either block shape and any split of the row blocks. */
 typedef struct {
     fq_range_fn rows;          /* (fq_matmul_job *, first row block, end row block) */
     size_t block_rows;
     size_t block_columns;
+} fq_matmul_shape;
+
+/* One ISA's kernels: `wide` blocks of several vectors for products whose columns are a multiple
+   of them, `narrow` blocks of one vector (and more rows) for the others, which the wide blocks
+   would pad with more zero columns. */
+typedef struct {
+    fq_matmul_shape wide, narrow;
 } fq_matmul_kernels;
 
 extern const fq_matmul_kernels fq_matmul__scalar;

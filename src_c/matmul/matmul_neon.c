@@ -1,14 +1,15 @@
-/* NEON (AArch64) matrix product: 4 lanes a vector, a block of 6 rows x 4 vectors (24 of the 32
-   Q registers hold c); the kernel is in matmul_simd.h. Not timed on AArch64 hardware (the
-   harness runs qemu). */
+/* NEON (AArch64) matrix product: 4 lanes a vector; blocks of 6 rows x 4 vectors and 24 rows x 1
+   vector (24 of the 32 Q registers hold c); the kernel is in matmul_simd.h. Not timed on AArch64
+   hardware (the harness runs qemu). */
 #if !defined(__aarch64__)
 #error "matmul_neon.c is for AArch64 only"
 #endif
 #include <arm_neon.h>
 
 #define MM_LANES 4
-#define MM_ROWS 6
-#define MM_VECS 4
+#define MM_WIDE_ROWS 6
+#define MM_WIDE_VECS 4
+#define MM_NARROW_ROWS 24
 #define MM_TABLE fq_matmul__neon
 
 typedef float32x4_t mm_v;

@@ -3,8 +3,9 @@
 #include <math.h>
 
 #define MM_LANES 1
-#define MM_ROWS 4
-#define MM_VECS 4
+#define MM_WIDE_ROWS 4
+#define MM_WIDE_VECS 4
+#define MM_NARROW_ROWS 8
 #define MM_TABLE fq_matmul__scalar
 
 typedef float mm_v;

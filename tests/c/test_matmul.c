@@ -103,10 +103,11 @@ static void check_product(size_t m, size_t depth, size_t n, int a_layout, int b_
     free(c - GUARD);
 }
 
-/* Rows around the register blocks (4, 6, 12), columns around the column blocks (4, 16, 32),
-   depths around the chunk (256). */
+/* Rows around the register blocks (4, 6, 8, 12, 24 rows), columns around the column blocks (4,
+   8, 16, 32: a multiple of the wide block takes it, any other count the narrow one), depths
+   around the chunk (256). */
 static void test_shapes(void) {
-    static const size_t rows[] = {1, 5, 6, 7, 12, 13, 25};
+    static const size_t rows[] = {1, 5, 6, 7, 12, 13, 23, 24, 25};
     static const size_t columns[] = {1, 3, 15, 16, 17, 32, 33, 64};
     static const size_t depths[] = {1, 2, 9, 255, 256, 257};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; ++r)
