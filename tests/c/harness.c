@@ -70,6 +70,20 @@ void *xmalloc_aligned(size_t bytes) {
     return p;
 }
 
+float *guarded_output(size_t n) {
+    float *buf = xmalloc_aligned((2 * GUARD_FLOATS + n) * sizeof(float));
+    for (size_t i = 0; i < 2 * GUARD_FLOATS + n; ++i) buf[i] = from_bits(GUARD_BITS);
+    return buf + GUARD_FLOATS;
+}
+
+int output_intact(const float *data, size_t n) {
+    for (size_t i = 0; i < GUARD_FLOATS; ++i)
+        if (to_bits(data[-1 - (long)i]) != GUARD_BITS || to_bits(data[n + i]) != GUARD_BITS) return 0;
+    return 1;
+}
+
+void free_output(float *data) { free(data - GUARD_FLOATS); }
+
 fq_isa isas[FQ_ISA_COUNT];
 int n_isas;
 

@@ -29,6 +29,15 @@ extern long n_passed, n_failed;
 /* 64-byte aligned; exits on failure. */
 void *xmalloc_aligned(size_t bytes);
 
+/* An output of n floats between two runs of GUARD_FLOATS floats holding GUARD_BITS (a signalling
+   NaN no kernel writes): output_intact tells whether a kernel wrote outside it; free_output frees
+   it. */
+#define GUARD_FLOATS ((size_t)16)
+#define GUARD_BITS 0x7fa5a5a5u
+float *guarded_output(size_t n);
+int output_intact(const float *data, size_t n);
+void free_output(float *data);
+
 /* The ISAs this CPU and build can run, scalar first. */
 extern fq_isa isas[FQ_ISA_COUNT];
 extern int n_isas;

@@ -11,25 +11,10 @@
 #include "fqcore.h"
 #include "harness.h"
 
-#define GUARD ((size_t)16)
-#define GUARD_BITS 0x7fa5a5a5u
-
 static const uint32_t special_bits[] = {0x7fc00000u, 0xffc00000u, 0x7f800000u, 0xff800000u,
                                         0x80000000u, 0x00000000u, 0x40c00000u, 0xc0c00000u,
                                         0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x3f800000u};
 #define N_SPECIAL (sizeof special_bits / sizeof special_bits[0])
-
-static float *guarded(size_t n) {
-    float *buf = xmalloc_aligned((2 * GUARD + n) * sizeof(float));
-    for (size_t i = 0; i < 2 * GUARD + n; ++i) buf[i] = from_bits(GUARD_BITS);
-    return buf + GUARD;
-}
-
-static int intact(const float *data, size_t n) {
-    for (size_t i = 0; i < GUARD; ++i)
-        if (to_bits(data[-1 - (long)i]) != GUARD_BITS || to_bits(data[n + i]) != GUARD_BITS) return 0;
-    return 1;
-}
 
 static float *values(size_t n, int specials) {
     float *a = xmalloc_aligned(n * sizeof(float) + 1);
@@ -79,14 +64,14 @@ static void check(size_t rows, size_t channels, int with_scale, int shifts, fq_a
     char where[120];
     snprintf(where, sizeof where, "rows %zu channels %zu scale %d shifts %d activation %d", rows,
              channels, with_scale, shifts, (int)act);
-    float *y0 = guarded(n), *dx0 = guarded(n), *ds0 = guarded(channels), *db0 = guarded(channels);
+    float *y0 = guarded_output(n), *dx0 = guarded_output(n), *ds0 = guarded_output(channels), *db0 = guarded_output(channels);
     set_isa_threads(FQ_ISA_SCALAR, 1);
     expect(fq_f32_channel_affine(x, n, channels, scale, a, b, act, y0) == FQ_OK, "%s: status", where);
-    expect(bits_equal(y0, ref_y, n) && intact(y0, n), "%s: forward differs from the reference", where);
+    expect(bits_equal(y0, ref_y, n) && output_intact(y0, n), "%s: forward differs from the reference", where);
     expect(fq_f32_channel_affine_grad(dy, x, y0, n, channels, scale, act, dx0, ds0, db0) == FQ_OK,
            "%s: gradient status", where);
-    expect(bits_equal(dx0, ref_dx, n) && intact(dx0, n), "%s: x_backprop differs from the reference", where);
-    int sums_ok = intact(ds0, channels) && intact(db0, channels);
+    expect(bits_equal(dx0, ref_dx, n) && output_intact(dx0, n), "%s: x_backprop differs from the reference", where);
+    int sums_ok = output_intact(ds0, channels) && output_intact(db0, channels);
     for (size_t c = 0; c < channels; ++c) {
         const double fs = (double)(float)sum_s[c], fb = (double)(float)sum_b[c];
         sums_ok &= (isnan(fs) && isnan(ds0[c])) || fs == ds0[c] || fabs(fs - ds0[c]) <= 1e-6 * fabs(fs);
@@ -97,17 +82,17 @@ static void check(size_t rows, size_t channels, int with_scale, int shifts, fq_a
         for (int threads = 1; threads <= THREADS_MAX; ++threads) {
             if (isas[k] == FQ_ISA_SCALAR && threads == 1) continue;
             set_isa_threads(isas[k], threads);
-            float *y = guarded(n), *dx = guarded(n), *ds = guarded(channels), *db = guarded(channels);
+            float *y = guarded_output(n), *dx = guarded_output(n), *ds = guarded_output(channels), *db = guarded_output(channels);
             fq_f32_channel_affine(x, n, channels, scale, a, b, act, y);
             fq_f32_channel_affine_grad(dy, x, y, n, channels, scale, act, dx, ds, db);
             expect(bits_equal(y, y0, n) && bits_equal(dx, dx0, n) && bits_equal(ds, ds0, channels) &&
-                       bits_equal(db, db0, channels) && intact(y, n) && intact(dx, n) &&
-                       intact(ds, channels) && intact(db, channels),
+                       bits_equal(db, db0, channels) && output_intact(y, n) && output_intact(dx, n) &&
+                       output_intact(ds, channels) && output_intact(db, channels),
                    "%s on %s, %d threads: differs from scalar", where, fq_isa_name(isas[k]), threads);
-            free(y - GUARD); free(dx - GUARD); free(ds - GUARD); free(db - GUARD);
+            free_output(y); free_output(dx); free_output(ds); free_output(db);
         }
     set_isa_threads(FQ_ISA_SCALAR, 1);
-    free(y0 - GUARD); free(dx0 - GUARD); free(ds0 - GUARD); free(db0 - GUARD);
+    free_output(y0); free_output(dx0); free_output(ds0); free_output(db0);
     free(x); free(dy); free(scale); free(a); free(b); free(ref_y); free(ref_dx); free(sum_s); free(sum_b);
 }
 
@@ -141,12 +126,12 @@ static void test_fold_gradient(void) {
         for (int a = 0; a < n_isas; ++a)
             for (int threads = 1; threads <= THREADS_MAX; ++threads) {
                 set_isa_threads(isas[a], threads);
-                float *got = guarded(n);
+                float *got = guarded_output(n);
                 expect(fq_f32_fold_batch_norm_grad(x, n, channels, mean, gm, gv, count, got) == FQ_OK &&
-                           bits_equal(got, ref, n) && intact(got, n),
+                           bits_equal(got, ref, n) && output_intact(got, n),
                        "fold gradient rows %zu channels %zu on %s, %d threads", rows, channels,
                        fq_isa_name(isas[a]), threads);
-                free(got - GUARD);
+                free_output(got);
             }
         set_isa_threads(FQ_ISA_SCALAR, 1);
         free(x); free(mean); free(gm); free(gv); free(ref);
@@ -174,7 +159,7 @@ static void test_clipped_gradient(void) {
                                                  &hi) == FQ_OK && !passes_all,
                        "interval of range %zu", r);
                 float *x = values(n, 1), *dy = values(n, 1), *scale = values(channels, 0);
-                float *y = guarded(n), *dz = guarded(n), *want = guarded(n), *got = guarded(n);
+                float *y = guarded_output(n), *dz = guarded_output(n), *want = guarded_output(n), *got = guarded_output(n);
                 float want_s[1500], want_b[1500], got_s[1500], got_b[1500], dmin, dmax;
                 set_isa_threads(FQ_ISA_SCALAR, 1);
                 fq_f32_channel_affine(x, n, channels, scale, NULL, NULL, (fq_activation)act, y);
@@ -189,14 +174,14 @@ static void test_clipped_gradient(void) {
                         expect(fq_f32_channel_affine_grad_clipped(dy, x, y, n, channels, scale,
                                                                   (fq_activation)act, lo, hi, got, got_s,
                                                                   got_b) == FQ_OK &&
-                                   bits_equal(got, want, n) && intact(got, n) &&
+                                   bits_equal(got, want, n) && output_intact(got, n) &&
                                    bits_equal(got_s, want_s, channels) && bits_equal(got_b, want_b, channels),
                                "clipped gradient range %zu rows %zu channels %zu activation %d on %s, %d threads",
                                r, rows, channels, act, fq_isa_name(isas[a]), threads);
                     }
                 set_isa_threads(FQ_ISA_SCALAR, 1);
                 free(x); free(dy); free(scale);
-                free(y - GUARD); free(dz - GUARD); free(want - GUARD); free(got - GUARD);
+                free_output(y); free_output(dz); free_output(want); free_output(got);
             }
     int passes_all;
     float lo, hi;

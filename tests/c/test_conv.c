@@ -17,7 +17,6 @@
 #endif
 
 #define GUARD ((size_t)16)
-#define GUARD_BITS 0x7fa5a5a5u
 
 /* An output array with GUARD floats of a signalling NaN on each side. */
 typedef struct {

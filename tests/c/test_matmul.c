@@ -13,21 +13,6 @@
 #include "fqcore.h"
 #include "harness.h"
 
-#define GUARD ((size_t)16)
-#define GUARD_BITS 0x7fa5a5a5u
-
-static float *guarded(size_t n) {
-    float *buf = xmalloc_aligned((2 * GUARD + n) * sizeof(float));
-    for (size_t i = 0; i < 2 * GUARD + n; ++i) buf[i] = from_bits(GUARD_BITS);
-    return buf + GUARD;
-}
-
-static int intact(const float *data, size_t n) {
-    for (size_t i = 0; i < GUARD; ++i)
-        if (to_bits(data[-1 - (long)i]) != GUARD_BITS || to_bits(data[n + i]) != GUARD_BITS) return 0;
-    return 1;
-}
-
 static float flushed(float v) { return fpclassify(v) == FP_SUBNORMAL ? copysignf(0.0f, v) : v; }
 
 /* The rule of fqcore.h, one element at a time (fmaf rounds once; FTZ and DAZ by hand). */
@@ -76,7 +61,7 @@ static void check_product(size_t m, size_t depth, size_t n, int a_layout, int b_
     ptrdiff_t ar, ac, br, bc;
     float *a_data = operand(m, depth, a_layout, specials, &a, &ar, &ac);
     float *b_data = operand(depth, n, b_layout, specials, &b, &br, &bc);
-    float *expected = guarded(m * n), *c = guarded(m * n);
+    float *expected = guarded_output(m * n), *c = guarded_output(m * n);
     set_isa_threads(FQ_ISA_SCALAR, 1);
     fq_status status = fq_f32_matmul(a, ar, ac, b, br, bc, m, depth, n, expected);
     expect(status == FQ_OK, "status %d at [%zu, %zu] x [%zu, %zu]", (int)status, m, depth, depth, n);
@@ -93,14 +78,14 @@ static void check_product(size_t m, size_t depth, size_t n, int a_layout, int b_
             status = fq_f32_matmul(a, ar, ac, b, br, bc, m, depth, n, c);
             int equal = status == FQ_OK;
             for (size_t e = 0; e < m * n && equal; ++e) equal = same(c[e], expected[e]);
-            expect(equal && intact(c, m * n), "%s, %d threads: [%zu, %zu] x [%zu, %zu], layouts %d %d",
+            expect(equal && output_intact(c, m * n), "%s, %d threads: [%zu, %zu] x [%zu, %zu], layouts %d %d",
                    fq_isa_name(isas[k]), threads, m, depth, depth, n, a_layout, b_layout);
         }
     set_isa_threads(FQ_ISA_SCALAR, 1);
     free(a_data);
     free(b_data);
-    free(expected - GUARD);
-    free(c - GUARD);
+    free_output(expected);
+    free_output(c);
 }
 
 /* Rows around the register blocks (4, 6, 8, 12, 24 rows), columns around the column blocks (4,

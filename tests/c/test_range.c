@@ -12,7 +12,6 @@
 #include "harness.h"
 
 #define GUARD ((size_t)16)       /* floats of guard on each side of min and max */
-#define GUARD_BITS 0x7fa5a5a5u   /* a signalling NaN no result can be */
 #define MAX_OFFSET ((size_t)16)  /* x starts 0..15 elements past a 64-byte boundary */
 #define NAN_BITS 0x7fc00000u
 
