@@ -21,12 +21,13 @@ def _product(a, b):
 
 def _layouts(x):
     """x in the layouts the kernel reads differently: rows contiguous, transposed (columns
-    contiguous), and strided both ways (every other row and column of a larger array)."""
+    contiguous), strided both ways (every other row and column of a larger array), and reversed
+    both ways (negative strides)."""
     rows, columns = x.shape
     strided = np.zeros((2 * rows, 2 * columns), np.float32)
     strided[::2, ::2] = x
     return {"rows": np.ascontiguousarray(x), "columns": np.asfortranarray(x),
-            "strided": strided[::2, ::2]}
+            "strided": strided[::2, ::2], "reversed": np.ascontiguousarray(x[::-1, ::-1])[::-1, ::-1]}
 
 
 @pytest.mark.parametrize("m,depth,n", SHAPES)
