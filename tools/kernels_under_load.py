@@ -5,8 +5,8 @@ and with other processes keeping CPUs busy: the check that threads never cost.
     python tools/kernels_under_load.py --busy 2 --sizes 1048576
 
 Fake quant (Args / Vars forward and gradient, per channel forward and gradient), batch norm
-(training forward and gradient, NHWC, 64 channels) and the range observer, on float32 arrays of
-each size, out= buffers where the op has them. Each row interleaves rounds of one thread
+(training forward and gradient, NHWC, 64 channels), the range observer and the matrix product
+([n / 64, 64] x [64, 64]), on float32 arrays of each size, out= buffers where the op has them. Each row interleaves rounds of one thread
 (set_num_threads(1)) and the default (set_num_threads("auto"), or --threads) and prints the median
 over rounds of each round's mean time, so a stall counts as users feel it. ratio = default / one
 thread: the busy table should stay near 1, the quiet one show the threads' gain (1 / ratio)."""
@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 import fqcore
-from fqcore import observe
+from fqcore import _kernels, observe
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
 from machine import busy_processes, cpu_model  # noqa: E402
@@ -37,6 +37,7 @@ def kernels(n):
     images = rows.reshape(-1, 1, 1, CHANNELS)
     scale, offset = np.ones(CHANNELS, np.float32), np.zeros(CHANNELS, np.float32)
     saved = fqcore.fused_batch_norm(images, scale, offset, is_training=True)
+    filters = rng.normal(size=(CHANNELS, CHANNELS)).astype(np.float32)
     return {
         "args forward": lambda: fqcore.fake_quant_with_min_max_args(x, -6.0, 6.0, out=out),
         "vars forward": lambda: fqcore.fake_quant_with_min_max_vars(x, -3.0, 3.0, out=out),
@@ -52,6 +53,7 @@ def kernels(n):
             g.reshape(images.shape), images, scale, saved.reserve_space_1,
             saved.reserve_space_2, is_training=True),
         "range": lambda: observe.batch_range(x),
+        "matrix product": lambda: _kernels.matmul(rows, filters, out.reshape(rows.shape)),
     }
 
 

@@ -1,5 +1,5 @@
-/* The public matrix product: validation, b packed into column blocks, row blocks split over
-   threads. */
+/* The public matrix product: validation, the choice of block shape, b read in place or packed
+   into column blocks, row blocks split over threads. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +9,11 @@
 #include "../common/runtime.h"
 #include "matmul_kernels.h"
 
-/* fq_runtime_threads_for counts work in elements of a memory-bound pass; a fused multiply-add of
-   the product takes about this fraction of one (AVX-512: 280 GFLOP/s on one core of AMD Zen 5 at
-   [1024, 288] x [288, 64], against about 1 ns per element of a pass). */
-#define FQ_MATMUL_FMAS_PER_ELEMENT ((size_t)64)
+/* fq_runtime_threads_for counts work in elements of a memory-bound pass; this many fused
+   multiply-adds count as one. AMD Zen 5, AVX-512: [1024, 64] x [64, 64] (4.2M of them) then takes
+   a second thread, 22 against 40 us on one; [256, 64] x [64, 64] stays on one (10 us); with a
+   busy process beside it, 1.01-1.05x one thread's time (tools/kernels_under_load.py). */
+#define FQ_MATMUL_FMAS_PER_ELEMENT ((size_t)16)
 
 static const fq_matmul_kernels *active_kernels(void) {
     switch (fq_get_isa()) {
