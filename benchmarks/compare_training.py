@@ -73,8 +73,9 @@ MNV2_HEAD = 1280
 MNV2_IMAGES = 512
 
 FQCORE_THREADS = ("fqcore kernels and numpy's OpenBLAS on the threads Session.run gives them (its defaults: "
-                  "fqcore's 'auto' setting for the kernels, threads='auto' for BLAS, the cores other "
-                  "processes leave free)")
+                  "fqcore's 'auto' setting for the kernels; threads='auto' for BLAS: one thread where "
+                  "fqcore's own matrix product does the convolutions, else the cores other processes "
+                  "leave free)")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Thread counts inside Session.run: the BLAS setting (threads=, $FQCORE_NUM_THREADS, "auto"
-from the cores other processes leave free) and fqcore's kernel threads."""
+"""Thread counts inside Session.run: the BLAS setting (threads=, $FQCORE_NUM_THREADS, "auto":
+one thread where fqcore's kernel does the convolutions, else the cores other processes leave
+free) and fqcore's kernel threads."""
 import os
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 import fqcore
 import fqcore.graph as G
 from fqcore import blas_threads
-from fqcore.graph import run_threads
+from fqcore.graph import nn_numpy, run_threads
 
 
 def test_the_blas_numpy_uses_is_found_and_controlled():
@@ -56,10 +57,14 @@ def test_the_environment_sets_the_default(monkeypatch):
 
 
 @pytest.mark.parametrize("free", [1, 2, 5])
-def test_auto_gives_blas_the_cpus_others_leave_free(monkeypatch, free):
-    """The count comes from fqcore's CPU budget (its arithmetic: tests/c/test_threads.c)."""
+def test_auto_gives_blas_the_cpus_others_leave_free(monkeypatch, isa, free):
+    """Where BLAS does the convolutions, the count comes from fqcore's CPU budget (its
+    arithmetic: tests/c/test_threads.c); where fqcore's own kernel does them (AVX-512), BLAS keeps
+    one thread. A fixed count is the count either way."""
     monkeypatch.setattr(fqcore._runtime, "free_cpus", lambda: free)
-    assert run_threads.RunThreads("auto", 1).blas_threads() == free
+    expected = 1 if isa == "avx512" else free
+    assert nn_numpy.own_products() == (isa == "avx512")
+    assert run_threads.RunThreads("auto", 1).blas_threads() == expected
     assert run_threads.RunThreads(3, 1).blas_threads() == 3
 
 

@@ -254,6 +254,12 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
     return conv2d_planned(x, w, cols, g)
 
 
+def own_products():
+    """Whether float32 convolutions run their matrix products on fqcore's kernel (fq_f32_matmul
+    on the AVX-512 path, where _own_product allows it), not on numpy's BLAS."""
+    return _kernels.get_isa() == _AVX512
+
+
 def _own_product(a, b):
     """Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 path, with one of
     a's strides one element (its rows contiguous, or it is such an array transposed: the kernel
@@ -264,7 +270,7 @@ def _own_product(a, b):
     and on the AVX2 path 0.7-1.4x, so those keep the BLAS."""
     return (a.dtype == FLOAT32 and b.dtype == FLOAT32 and 4 in a.strides
             and a.shape[0] >= _OWN_COLUMNS and b.shape[1] % _OWN_COLUMNS == 0
-            and _kernels.get_isa() == _AVX512)
+            and own_products())
 
 
 def _product(a, b):

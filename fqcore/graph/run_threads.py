@@ -1,15 +1,18 @@
-"""How many threads a Session run gives numpy's BLAS (the convolutions and matmuls) and fqcore's
-kernels. BLAS runs on as many CPUs as other processes leave free ("auto", the default; fqcore's
-own estimate, fqcore.free_cpus(), re-estimated as runs go): its threads spin and wait for each
-other, so a thread that shares its core with another process stalls the whole call (on 2 cores
-with two busy processes, the demo's step took 689 ms with 2 BLAS threads, 33 ms with 1); on a
-quiet machine the extra threads pay for larger layers. A number in $FQCORE_NUM_THREADS, fqcore's
+"""How many threads a Session run gives numpy's BLAS (the convolutions' products where fqcore's own
+kernel does not, and matmuls) and fqcore's kernels. With "auto", the default, BLAS runs on one
+thread where fqcore's kernel does the convolutions (RunThreads.blas_threads says why), else on as
+many CPUs as other processes leave free (fqcore's own estimate, fqcore.free_cpus(), re-estimated
+as runs go): its threads spin and wait for each other, so a thread that shares its core with
+another process stalls the whole call (on 2 cores with two busy processes, the demo's step took
+689 ms with 2 BLAS threads, 33 ms with 1); on a quiet machine the extra threads pay for larger
+layers. A number in $FQCORE_NUM_THREADS, fqcore's
 own thread setting, fixes the BLAS count too. fqcore's kernels follow fqcore's own setting inside
 a run unless Session's kernel_threads fixes a count."""
 import contextlib
 import os
 
 from .. import _runtime, blas_threads
+from . import nn_numpy
 
 ENVIRONMENT = "FQCORE_NUM_THREADS"
 
@@ -42,8 +45,18 @@ class RunThreads:
         self.kernel = kernel_threads
 
     def blas_threads(self):
-        """BLAS threads for the next run: the fixed count, or the CPUs others leave free."""
-        return _runtime.free_cpus() if self.blas == "auto" else self.blas
+        """BLAS threads for the next run: the fixed count; for "auto", one where fqcore's own
+        kernel does the convolutions' products (nn_numpy.own_products), else the CPUs others
+        leave free. BLAS is then left the small products (8 output channels, a dense head), and
+        a second BLAS thread, which spins for about 0.1 s after each of them, competed with
+        fqcore's pool and the main thread for the other core: AMD Zen 5, 2 cores, ms per step,
+        one thread against free CPUs, separate processes, 3 pairs: the demo 3.7-3.8 against
+        4.9-5.4, MobileNet-v2 23.0-26.3 against 24.9-29.1. On the AVX2 path, where BLAS does the
+        convolutions, the demo ran faster with free CPUs (6.8-7.3 against 8.0-8.3) and
+        MobileNet-v2 slower (48.0-50.0 against 42.6-44.4): that path keeps free CPUs."""
+        if self.blas != "auto":
+            return self.blas
+        return 1 if nn_numpy.own_products() else _runtime.free_cpus()
 
     @contextlib.contextmanager
     def applied(self):
