@@ -13,7 +13,7 @@ _PADDINGS = ("SAME", "VALID")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 FLOAT32 = np.dtype(np.float32)
 _AVX512 = _kernels.ISA_NAMES.index("avx512")
-# fq_f32_matmul's narrower column block on AVX-512 (matmul_avx512.c: one vector of 16).
+# A vector of fq_f32_matmul on AVX-512, its narrower column block (matmul_avx512.c).
 _OWN_COLUMNS = 16
 
 
@@ -261,16 +261,13 @@ def own_products():
 
 
 def _own_product(a, b):
-    """Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 path, with one of
-    a's strides one element (its rows contiguous, or it is such an array transposed: the kernel
-    reads a in place), b's columns a multiple of one vector (_OWN_COLUMNS: none is padded) and
-    _OWN_COLUMNS rows at least (fewer leave most of a register block's 12 or 24 rows empty).
-    There, on AMD Zen 5 (2 cores), it took 0.5-1.0x the time of numpy's OpenBLAS at the
-    benchmark models' convolutions, 1.2-1.3x at 48 columns; with 8 columns or 8 rows up to 2x,
-    and on the AVX2 path 0.7-1.4x, so those keep the BLAS."""
-    return (a.dtype == FLOAT32 and b.dtype == FLOAT32 and 4 in a.strides
-            and a.shape[0] >= _OWN_COLUMNS and b.shape[1] % _OWN_COLUMNS == 0
-            and own_products())
+    """Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 path
+    (own_products), with one of a's strides one element (its rows contiguous, or it is such an
+    array transposed), which the kernel reads in place. Inside a Session run, where BLAS then has
+    one thread (run_threads), the kernel took 0.5-1.0x BLAS's time at the benchmark models'
+    products and 0.6-1.4x at their 8-column ones (AMD Zen 5); on the AVX2 path it took 0.7-1.4x
+    the time of two BLAS threads, so that path keeps the BLAS."""
+    return a.dtype == FLOAT32 and b.dtype == FLOAT32 and 4 in a.strides and own_products()
 
 
 def _product(a, b):
@@ -301,14 +298,19 @@ def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols
 
 
 def _filter_gradient(cols, dy):
-    """cols' dy ([window, O]), or (dy' cols)' where that runs faster. Both BLAS and fqcore's
-    kernel do with the longer side of the result as its rows, where _own_product allows the
-    kernel either way round. OpenBLAS, 2 cores, Intel Xeon: 0.23 against 0.38 ms at [8192, 16] x
-    [8192, 96], 0.22 against 0.29 at [512, 32] x [512, 1280]; the same or slower the other way
-    round. The kernel, AMD Zen 5: 82 against 96 us at [1024, 288] x [1024, 64]."""
+    """cols' dy ([window, O]), or (dy' cols)' where that runs faster. OpenBLAS does with the
+    longer side of the result as its rows (2 cores, Intel Xeon: 0.23 against 0.38 ms at
+    [8192, 16] x [8192, 96], 0.22 against 0.29 at [512, 32] x [512, 1280]; the same or slower the
+    other way round). fqcore's kernel, which gives the same bits both ways, does with the result's
+    columns a multiple of its vectors (_OWN_COLUMNS: read in place, not padded) and, that equal,
+    the longer side as its rows (AMD Zen 5: 84 against 130 us at [8192, 96] x [8192, 8], 82
+    against 96 at [1024, 288] x [1024, 64])."""
     window, outputs = cols.shape[1], dy.shape[1]
-    own = _own_product(cols.T, dy), _own_product(dy.T, cols)
-    flip = own[1] and (not own[0] or outputs > window) if any(own) else window < outputs
+    if _own_product(cols.T, dy):
+        fills = outputs % _OWN_COLUMNS == 0, window % _OWN_COLUMNS == 0
+        flip = fills[1] and not fills[0] or (fills[0] == fills[1] and outputs > window)
+    else:
+        flip = window < outputs
     return _product(dy.T, cols).T if flip else _product(cols.T, dy)
 
 
