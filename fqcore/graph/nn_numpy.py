@@ -1,6 +1,6 @@
-"""TensorFlow-semantics NHWC convolution and pooling, forward and gradient: im2col + BLAS for
-convolutions, fqcore's C kernels for float32's data movement and depthwise loops, numpy for the
-rest."""
+"""TensorFlow-semantics NHWC convolution and pooling, forward and gradient: im2col and a matrix
+product for convolutions (fqcore's on the AVX-512 path, numpy's BLAS elsewhere), fqcore's C
+kernels for float32's data movement and depthwise loops, numpy for the rest."""
 
 from collections import namedtuple
 
@@ -331,7 +331,7 @@ def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
         dcols = _product(terms[0][1], terms[0][0].T)
     else:
         dcols = _product(np.concatenate([grad for _, grad in terms], axis=1),
-                          np.concatenate([filters for filters, _ in terms], axis=1).T)
+                         np.concatenate([filters for filters, _ in terms], axis=1).T)
     dx = _col2im(dcols, x.shape, w.shape[:2], g.oh, g.ow, g.pads, g.strides, g.dilations, x.dtype)
     return dx, dw
 
