@@ -161,7 +161,7 @@ def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, stri
     """Two Conv2Ds of the same input with the same geometry (the fold's pair) compute its windows
     once and keep them for their gradients; the second leaves its input gradient to the first,
     which makes both in one product (one matmul, one col2im). The outputs and filter gradients
-    equal the unfused ops' bit for bit, x's gradient to float32 rounding (BLAS sums it)."""
+    equal the unfused ops' bit for bit, x's gradient to float32 rounding (one product sums both)."""
     rng = np.random.default_rng(5)
     g = G.Graph()
     with g.as_default():
