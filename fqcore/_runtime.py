@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Union
 from . import _kernels, blas_threads
 
 _ISA_NAMES = _kernels.ISA_NAMES
+_AVX512 = _ISA_NAMES.index("avx512")
 _BUILD = json.loads(_kernels.BUILD_INFO)
 
 
@@ -208,6 +209,12 @@ def free_cpus() -> int:
     return _kernels.free_cpus()
 
 
+def own_matrix_products() -> bool:
+    """Whether the graph's float32 convolutions multiply on fqcore's kernel (fq_f32_matmul), not
+    numpy's BLAS: on the AVX-512 path, where it measured the faster (fqcore/graph/nn_numpy.py)."""
+    return _kernels.get_isa() == _AVX512
+
+
 def config() -> Dict[str, Any]:
     """The build and run-time configuration as a dict (what :func:`fqcore.show_config` prints)."""
     return {
@@ -223,7 +230,10 @@ def config() -> Dict[str, Any]:
         "num_threads": get_num_threads(),
         "usable_cpus": usable_cpus(),
         "other_cpu_load": round(other_cpu_load(), 2),
-        # The BLAS numpy runs convolutions on, whose threads Session runs decide.
+        # Who multiplies the graph's convolutions: fqcore's kernel or numpy's BLAS.
+        "convolution_products": "fqcore" if own_matrix_products() else "blas",
+        # numpy's BLAS (the convolutions' products off the AVX-512 path, MatMul), whose threads
+        # Session runs decide.
         "blas": blas_threads.blas_library() or "none found",
         "blas_threads": blas_threads.get_blas_threads(),
         "compiler": _BUILD["compiler"],
@@ -236,7 +246,8 @@ def show_config() -> None:
     """Prints the build and run-time configuration, one ``key: value`` line each.
 
     The version, compiled ISAs (and those not built, and why), available ISAs, the active ISA,
-    the kernel walks chosen for this CPU, threads, usable CPUs and other processes' load, numpy's BLAS and its threads, and the
+    the kernel walks chosen for this CPU, threads, usable CPUs and other processes' load, who
+    multiplies the graph's convolutions, numpy's BLAS and its threads, and the
     compiler and flags of the build.
 
     Examples

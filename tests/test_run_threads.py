@@ -9,7 +9,7 @@ import pytest
 import fqcore
 import fqcore.graph as G
 from fqcore import blas_threads
-from fqcore.graph import nn_numpy, run_threads
+from fqcore.graph import run_threads
 
 
 def test_the_blas_numpy_uses_is_found_and_controlled():
@@ -63,7 +63,7 @@ def test_auto_gives_blas_the_cpus_others_leave_free(monkeypatch, isa, free):
     one thread. A fixed count is the count either way."""
     monkeypatch.setattr(fqcore._runtime, "free_cpus", lambda: free)
     expected = 1 if isa == "avx512" else free
-    assert nn_numpy.own_products() == (isa == "avx512")
+    assert fqcore._runtime.own_matrix_products() == (isa == "avx512")
     assert run_threads.RunThreads("auto", 1).blas_threads() == expected
     assert run_threads.RunThreads(3, 1).blas_threads() == 3
 

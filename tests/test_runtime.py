@@ -18,9 +18,21 @@ def test_show_config_lists_everything(capsys):
     fqcore.show_config()
     text = capsys.readouterr().out
     for key in ("version", "compiled_isas", "available_isas", "active_isa", "kernel_choices",
-                "num_threads", "usable_cpus", "other_cpu_load", "blas", "blas_threads"):
+                "num_threads", "usable_cpus", "other_cpu_load", "convolution_products", "blas",
+                "blas_threads"):
         assert key in text
     assert fqcore.get_isa() in text
+
+
+def test_convolution_products_follow_the_active_isa():
+    from fqcore._runtime import config
+    saved = fqcore.get_isa()
+    try:
+        for isa in fqcore.available_isas():
+            fqcore.set_isa(isa)
+            assert config()["convolution_products"] == ("fqcore" if isa == "avx512" else "blas")
+    finally:
+        fqcore.set_isa(saved)
 
 
 def test_kernel_choices_follow_the_active_isa():

@@ -7,12 +7,11 @@ from collections import namedtuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .. import _kernels
+from .. import _kernels, _runtime
 
 _PADDINGS = ("SAME", "VALID")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 FLOAT32 = np.dtype(np.float32)
-_AVX512 = _kernels.ISA_NAMES.index("avx512")
 # A vector of fq_f32_matmul on AVX-512, its narrower column block (matmul_avx512.c).
 _OWN_COLUMNS = 16
 
@@ -254,20 +253,15 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
     return conv2d_planned(x, w, cols, g)
 
 
-def own_products():
-    """Whether float32 convolutions run their matrix products on fqcore's kernel (fq_f32_matmul
-    on the AVX-512 path, where _own_product allows it), not on numpy's BLAS."""
-    return _kernels.get_isa() == _AVX512
-
-
 def _own_product(a, b):
     """Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 path
-    (own_products), with one of a's strides one element (its rows contiguous, or it is such an
+    (_runtime.own_matrix_products), with one of a's strides one element (its rows contiguous, or it is such an
     array transposed), which the kernel reads in place. Inside a Session run, where BLAS then has
     one thread (run_threads), the kernel took 0.5-1.0x BLAS's time at the benchmark models'
     products and 0.6-1.4x at their 8-column ones (AMD Zen 5); on the AVX2 path it took 0.7-1.4x
     the time of two BLAS threads, so that path keeps the BLAS."""
-    return a.dtype == FLOAT32 and b.dtype == FLOAT32 and 4 in a.strides and own_products()
+    return (a.dtype == FLOAT32 and b.dtype == FLOAT32 and 4 in a.strides
+            and _runtime.own_matrix_products())
 
 
 def _product(a, b):

@@ -12,7 +12,6 @@ import contextlib
 import os
 
 from .. import _runtime, blas_threads
-from . import nn_numpy
 
 ENVIRONMENT = "FQCORE_NUM_THREADS"
 
@@ -46,9 +45,9 @@ class RunThreads:
 
     def blas_threads(self):
         """BLAS threads for the next run: the fixed count; for "auto", one where fqcore's own
-        kernel does the convolutions' products (nn_numpy.own_products), else the CPUs others
-        leave free. BLAS is then left the small products (8 output channels, a dense head), and
-        a second BLAS thread, which spins for about 0.1 s after each of them, competed with
+        kernel does the convolutions' products (_runtime.own_matrix_products), else the CPUs others
+        leave free. BLAS is then left the dense layers' MatMuls, and a second BLAS thread, which
+        spins for about 0.1 s after each call, competed with
         fqcore's pool and the main thread for the other core: AMD Zen 5, 2 cores, ms per step,
         one thread against free CPUs, separate processes, 3 pairs: the demo 3.7-3.8 against
         4.9-5.4, MobileNet-v2 23.0-26.3 against 24.9-29.1. On the AVX2 path, where BLAS does the
@@ -56,7 +55,7 @@ class RunThreads:
         MobileNet-v2 slower (48.0-50.0 against 42.6-44.4): that path keeps free CPUs."""
         if self.blas != "auto":
             return self.blas
-        return 1 if nn_numpy.own_products() else _runtime.free_cpus()
+        return 1 if _runtime.own_matrix_products() else _runtime.free_cpus()
 
     @contextlib.contextmanager
     def applied(self):
