@@ -7,7 +7,8 @@ from typing import Any, Dict, List, Union
 from . import _kernels, blas_threads
 
 _ISA_NAMES = _kernels.ISA_NAMES
-_AVX512 = _ISA_NAMES.index("avx512")
+# The ISAs whose matrix product the graph uses for its convolutions (own_matrix_products).
+_OWN_PRODUCT_ISAS = (_ISA_NAMES.index("avx2"), _ISA_NAMES.index("avx512"))
 _BUILD = json.loads(_kernels.BUILD_INFO)
 
 
@@ -211,8 +212,9 @@ def free_cpus() -> int:
 
 def own_matrix_products() -> bool:
     """Whether the graph's float32 convolutions multiply on fqcore's kernel (fq_f32_matmul), not
-    numpy's BLAS: on the AVX-512 path, where it measured the faster (fqcore/graph/nn_numpy.py)."""
-    return _kernels.get_isa() == _AVX512
+    numpy's BLAS: on the AVX-512 and AVX2 paths, where the training steps measured faster with
+    it (fqcore/graph/nn_numpy.py); the scalar kernel is a reference, and NEON's is not timed."""
+    return _kernels.get_isa() in _OWN_PRODUCT_ISAS
 
 
 def config() -> Dict[str, Any]:
@@ -232,7 +234,7 @@ def config() -> Dict[str, Any]:
         "other_cpu_load": round(other_cpu_load(), 2),
         # Who multiplies the graph's convolutions: fqcore's kernel or numpy's BLAS.
         "convolution_products": "fqcore" if own_matrix_products() else "blas",
-        # numpy's BLAS (the convolutions' products off the AVX-512 path, MatMul), whose threads
+        # numpy's BLAS (MatMul, and the convolutions' products on other paths), whose threads
         # Session runs decide.
         "blas": blas_threads.blas_library() or "none found",
         "blas_threads": blas_threads.get_blas_threads(),

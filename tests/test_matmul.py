@@ -150,16 +150,16 @@ def test_filter_gradient_either_way_round_gives_the_same_bits(isa):
             np.testing.assert_allclose(dw, straight, rtol=1e-4, atol=1e-3)
 
 
-def test_convolutions_use_the_kernel_on_avx512_only(isa):
-    """On the AVX-512 path a float32 convolution's product is fqcore's (its bits); elsewhere
-    numpy's, to float32 rounding of the same sums."""
+def test_convolutions_use_the_kernel_on_avx512_and_avx2(isa):
+    """On the AVX-512 and AVX2 paths a float32 convolution's product is fqcore's (its bits);
+    elsewhere numpy's, to float32 rounding of the same sums."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 6, 6, 8)).astype(np.float32)
     w = rng.standard_normal((3, 3, 8, 32)).astype(np.float32)
     y = nn_numpy.conv2d(x, w)
     cols = nn_numpy.conv2d_columns(x, w.shape)
     own = _product(cols, w.reshape(-1, 32)).reshape(y.shape)
-    if isa == "avx512":
+    if isa in ("avx512", "avx2"):
         np.testing.assert_array_equal(y, own)
     else:
         np.testing.assert_allclose(y, own, rtol=1e-5, atol=1e-5)

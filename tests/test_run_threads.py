@@ -59,11 +59,12 @@ def test_the_environment_sets_the_default(monkeypatch):
 @pytest.mark.parametrize("free", [1, 2, 5])
 def test_auto_gives_blas_the_cpus_others_leave_free(monkeypatch, isa, free):
     """Where BLAS does the convolutions, the count comes from fqcore's CPU budget (its
-    arithmetic: tests/c/test_threads.c); where fqcore's own kernel does them (AVX-512), BLAS keeps
-    one thread. A fixed count is the count either way."""
+    arithmetic: tests/c/test_threads.c); where fqcore's own kernel does them (AVX-512, AVX2), BLAS
+    keeps one thread. A fixed count is the count either way."""
     monkeypatch.setattr(fqcore._runtime, "free_cpus", lambda: free)
-    expected = 1 if isa == "avx512" else free
-    assert fqcore._runtime.own_matrix_products() == (isa == "avx512")
+    own = isa in ("avx512", "avx2")
+    expected = 1 if own else free
+    assert fqcore._runtime.own_matrix_products() == own
     assert run_threads.RunThreads("auto", 1).blas_threads() == expected
     assert run_threads.RunThreads(3, 1).blas_threads() == 3
 

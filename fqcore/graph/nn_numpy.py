@@ -1,6 +1,6 @@
 """TensorFlow-semantics NHWC convolution and pooling, forward and gradient: im2col and a matrix
-product for convolutions (fqcore's on the AVX-512 path, numpy's BLAS elsewhere), fqcore's C
-kernels for float32's data movement and depthwise loops, numpy for the rest."""
+product for convolutions (fqcore's on the AVX-512 and AVX2 paths, numpy's BLAS elsewhere),
+fqcore's C kernels for float32's data movement and depthwise loops, numpy for the rest."""
 
 from collections import namedtuple
 
@@ -12,7 +12,7 @@ from .. import _kernels, _runtime
 _PADDINGS = ("SAME", "VALID")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 FLOAT32 = np.dtype(np.float32)
-# A vector of fq_f32_matmul on AVX-512, its narrower column block (matmul_avx512.c).
+# fq_f32_matmul's narrower column block on AVX-512 (one vector), its wider one on AVX2.
 _OWN_COLUMNS = 16
 
 
@@ -254,12 +254,13 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
 
 
 def _own_product(a, b):
-    """Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 path
-    (_runtime.own_matrix_products), with one of a's strides one element (its rows contiguous, or it is such an
-    array transposed), which the kernel reads in place. Inside a Session run, where BLAS then has
-    one thread (run_threads), the kernel took 0.5-1.0x BLAS's time at the benchmark models'
-    products and 0.6-1.4x at their 8-column ones (AMD Zen 5); on the AVX2 path it took 0.7-1.4x
-    the time of two BLAS threads, so that path keeps the BLAS."""
+    """Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 and AVX2 paths
+    (_runtime.own_matrix_products), with one of a's strides one element (its rows contiguous, or
+    it is such an array transposed), which the kernel reads in place. Inside a Session run, where
+    BLAS then has one thread (run_threads), the kernel took 0.5-1.0x BLAS's time at the benchmark
+    models' products and 0.6-1.4x at their 8-column ones (AMD Zen 5, AVX-512); on the AVX2 path
+    0.76-0.95x the time of two BLAS threads at the same products, and the training steps took
+    0.72-0.78x (demo) and 0.75-0.85x (MobileNet-v2) their time on BLAS."""
     return (a.dtype == FLOAT32 and b.dtype == FLOAT32 and 4 in a.strides
             and _runtime.own_matrix_products())
 

@@ -50,9 +50,9 @@ class RunThreads:
         spins for about 0.1 s after each call, competed with
         fqcore's pool and the main thread for the other core: AMD Zen 5, 2 cores, ms per step,
         one thread against free CPUs, separate processes, 3 pairs: the demo 3.7-3.8 against
-        4.9-5.4, MobileNet-v2 23.0-26.3 against 24.9-29.1. On the AVX2 path, where BLAS does the
-        convolutions, the demo ran faster with free CPUs (6.8-7.3 against 8.0-8.3) and
-        MobileNet-v2 slower (48.0-50.0 against 42.6-44.4): that path keeps free CPUs."""
+        4.9-5.4, MobileNet-v2 23.0-26.3 against 24.9-29.1. The AVX2 path, with the same kernel,
+        one BLAS thread: the demo 4.6-4.9 against 5.9-6.9 with BLAS doing the convolutions on
+        free CPUs, MobileNet-v2 34.1-38.0 against 44.6-47.4."""
         if self.blas != "auto":
             return self.blas
         return 1 if _runtime.own_matrix_products() else _runtime.free_cpus()
