@@ -2,12 +2,15 @@
 BLAS) at the products of the training benchmarks' convolutions, per ISA, on fqcore's default
 threads and BLAS's. `python benchmarks/bench_matmul.py` prints the ratios for every available ISA.
 """
-import time
-
 import numpy as np
 
 import fqcore
 from fqcore import _kernels
+
+try:  # imported by asv, benchmarks/ is a package; run from benchmarks/, it is on sys.path
+    from .bench_range import _best, _use_isa
+except ImportError:
+    from bench_range import _best, _use_isa
 
 ISAS = ["scalar", "avx2", "avx512", "neon"]
 # (name, m, depth, n, a transposed): the demo's stride-2 3x3 convolution forward, its input
@@ -30,11 +33,8 @@ class TimeMatmul:
     timeout = 300
 
     def setup(self, product, isa):
-        if isa not in fqcore.available_isas():
-            raise NotImplementedError(f"ISA {isa} is not available here "
-                                      f"({', '.join(fqcore.available_isas())})")
         self._saved = fqcore.get_isa()
-        fqcore.set_isa(isa)
+        _use_isa(isa)
         m, depth, n, transposed = PRODUCTS[product]
         rng = np.random.default_rng(20261202)
         self.a = (rng.standard_normal((depth, m), dtype=np.float32).T if transposed
@@ -55,18 +55,6 @@ class TimeMatmul:
         np.matmul(self.a, self.b, out=self.c)
 
 
-def _best(fn, seconds=0.5):
-    """Best time of one call over repeated calls (at least 5)."""
-    fn()
-    best, calls, start = float("inf"), 0, time.perf_counter()
-    while calls < 5 or time.perf_counter() - start < seconds:
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-        calls += 1
-    return best
-
-
 def main():
     bench = TimeMatmul()
     print("| product | ISA | fqcore us | np.matmul us | fqcore / numpy |")
@@ -74,8 +62,8 @@ def main():
     for product in PRODUCTS:
         for isa in fqcore.available_isas():
             bench.setup(product, isa)
-            ours = _best(lambda: bench.time_fqcore(product, isa))
-            theirs = _best(lambda: bench.time_numpy(product, isa))
+            ours = _best(lambda: bench.time_fqcore(product, isa), seconds=0.5)
+            theirs = _best(lambda: bench.time_numpy(product, isa), seconds=0.5)
             bench.teardown()
             print(f"| {product} | {isa} | {ours * 1e6:.0f} | {theirs * 1e6:.0f} | {ours / theirs:.2f} |")
 
