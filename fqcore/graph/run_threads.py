@@ -5,9 +5,9 @@ many CPUs as other processes leave free (fqcore's own estimate, fqcore.free_cpus
 as runs go): its threads spin and wait for each other, so a thread that shares its core with
 another process stalls the whole call (on 2 cores with two busy processes, the demo's step took
 689 ms with 2 BLAS threads, 33 ms with 1); on a quiet machine the extra threads pay for larger
-layers. A number in $FQCORE_NUM_THREADS, fqcore's
-own thread setting, fixes the BLAS count too. fqcore's kernels follow fqcore's own setting inside
-a run unless Session's kernel_threads fixes a count."""
+layers. A number in $FQCORE_NUM_THREADS, fqcore's own thread setting, fixes the BLAS count too.
+fqcore's kernels follow fqcore's own setting inside a run unless Session's kernel_threads fixes a
+count."""
 import contextlib
 import os
 
