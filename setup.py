@@ -56,6 +56,7 @@ COMMON_SOURCES = [
     "channel/channel_scalar.c",
     "matmul/matmul_api.c",
     "matmul/matmul_scalar.c",
+    "elementwise/pow.c",
 ]
 ISA_SOURCES = {
     "AVX2": ["fake_quant/fq_avx2.c", "batch_norm/bn_avx2.c", "range/range_avx2.c",

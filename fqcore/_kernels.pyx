@@ -624,3 +624,14 @@ def matmul(const float[:, :] a, const float[:, :] b, float[:, ::1] c):
     with nogil:
         rc = fq_f32_matmul(ap, ar, ac, bp, br, bc, m, depth, n, cp)
     _check(rc)
+
+
+def pow(const float[::1] x, const float[::1] y, float[::1] out):
+    """out = x ** y element-wise with the C library's powf (fq_f32_pow), as TF's CPU Pow."""
+    cdef fq_status rc
+    if y.shape[0] != x.shape[0] or out.shape[0] != x.shape[0]:
+        raise ValueError(f"x, y and out must have the same length, got {x.shape[0]}, {y.shape[0]} "
+                         f"and {out.shape[0]}")
+    with nogil:
+        rc = fq_f32_pow(_cptr(x), _cptr(y), x.shape[0], _ptr(out))
+    _check(rc)

@@ -280,6 +280,12 @@ fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_colu
                         const float *b, ptrdiff_t b_row_stride, ptrdiff_t b_column_stride,
                         size_t m, size_t depth, size_t n, float *c);
 
+/* --- Element-wise math (float32). ---
+   out[i] = powf(x[i], y[i]) for i < n: the C library's powf, as TensorFlow's CPU Pow computes a
+   scalar (std::pow), on its threads' flush-to-zero and denormals-are-zero state; special cases
+   (NaN, infinities, zeros, negative bases) as powf gives them. out may alias x or y exactly. */
+fq_status fq_f32_pow(const float *x, const float *y, size_t n, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,7 +3,7 @@ import numpy as np
 
 from ... import _kernels
 from ..op_registry import register
-from ._infer import binary, comparison, constant_value, like_input, unbroadcast
+from ._infer import FLOAT32, binary, comparison, constant_value, like_input, unbroadcast
 
 
 def _binary_grad(dx, dy):
@@ -45,11 +45,24 @@ def real_div(op, inputs, ctx):
     return (np.divide(inputs[0], inputs[1]),)
 
 
+def power(x, y):
+    """x ** y, broadcast; float32 as TF's CPU Pow computes a scalar, with the C library's powf per
+    element (numpy's float32 power differs from it in the last bit on AVX-512 machines)."""
+    x, y = np.asarray(x), np.asarray(y)
+    if x.dtype != FLOAT32 or y.dtype != FLOAT32:
+        return np.power(x, y)
+    x, y = np.broadcast_arrays(x, y)
+    out = np.empty(x.shape, FLOAT32)
+    _kernels.pow(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(y).reshape(-1),
+                 out.reshape(-1))
+    return out
+
+
 @register("Pow", binary, gradient=_binary_grad(
-    lambda g, x, y, z: g * y * np.power(x, y - np.ones_like(y)),
+    lambda g, x, y, z: g * y * power(x, y - np.ones_like(y)),
     lambda g, x, y, z: g * z * np.log(np.where(x > 0, x, np.ones_like(x)))))
 def pow_(op, inputs, ctx):
-    return (np.power(inputs[0], inputs[1]),)
+    return (power(inputs[0], inputs[1]),)
 
 
 def _squared_difference_grad(op, inputs, outputs, grads):
