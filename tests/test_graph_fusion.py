@@ -483,3 +483,67 @@ def test_a_fake_quant_of_a_chain_clips_inside_the_chains_gradient(monkeypatch, c
     np.testing.assert_array_equal(fused[0].view(np.uint32), plain[0].view(np.uint32))
     for a, b in zip(fused[1:], plain[1:]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _demo_steps(steps, update_state=True, fetch_extra=()):
+    """The demo's QAT graph after `steps` training steps on fixed batches: (every variable's value,
+    the losses, the plan's DebiasedMovingAverage units, the extra fetches of the last run)."""
+    from fqcore import demo
+    from fqcore.datasets import load_digits
+    data = load_digits()
+    t = demo.training_setup(quantized=True, learning_rate=0.01)
+    g = t.session.graph
+    extra = [g.as_graph_element(name) for name in fetch_extra]
+    losses, fetched = [], None
+    for k in range(steps):
+        feeds = {t.images: data.x_train[64 * k:64 * k + 64],
+                 t.labels: data.y_train[64 * k:64 * k + 64]}
+        results = t.session.run([t.train_op, t.updates] + extra + [t.loss], feeds)
+        fetched = results[2:-1]
+        losses.append(results[-1])
+    if not update_state:
+        losses.append(t.session.run(t.loss, feeds, update_state=False))
+    plan = max(t.session._plans.values(), key=lambda p: len(p.steps))
+    averages = [u for u in plan.units if isinstance(u, fusion.DebiasedMovingAverage)]
+    return t.session.variable_values(), losses, averages, fetched
+
+
+def _bits(value):
+    return np.asarray(value, np.float32).view(np.uint32)
+
+
+def test_debiased_moving_averages_run_as_one_step_each_with_the_same_bits(monkeypatch):
+    """contrib's range trackers (six in the demo, a min and a max each): each zero-debiased
+    moving average is one step, and three training steps leave every variable with the bits of
+    the plan that runs its eight ops one by one, the other fusions being the same."""
+    fused, fused_losses, averages, _ = _demo_steps(3)
+    assert len(averages) == 12
+    assert {tuple(op.type for op in u.ops) for u in averages} == {
+        ("Sub", "Mul", "AssignSub", "AssignAdd", "Pow", "Sub", "RealDiv", "Assign")}
+    # block1's tracker: its step counter's ops run before its Sub, and join the unit there.
+    assert "block1/act_quant/AssignMinEma" in {u.name for u in averages}
+    monkeypatch.setattr(fusion, "_debiased_average", lambda op, rules: None)
+    plain, plain_losses, none, _ = _demo_steps(3)
+    assert none == []
+    assert [_bits(v) for v in fused_losses] == [_bits(v) for v in plain_losses]
+    assert fused.keys() == plain.keys()
+    for name in plain:
+        np.testing.assert_array_equal(_bits(fused[name]), _bits(plain[name]), err_msg=name)
+    assert plain["block1/act_quant/block1/act_quant/min/local_step"] == 3.0
+
+
+def test_debiased_moving_average_without_state_updates_and_with_a_fetched_step(monkeypatch):
+    """A run that does not update state leaves the trackers' variables as they were; a fetched
+    intermediate (a Pow) keeps that tracker's ops apart, and the values stay the same."""
+    before, _, _, _ = _demo_steps(1)
+    after, losses, _, _ = _demo_steps(1, update_state=False)
+    for name in before:
+        np.testing.assert_array_equal(_bits(after[name]), _bits(before[name]), err_msg=name)
+    pow_name = "conv1/act_quant/AssignMinEma/Pow:0"
+    values, _, averages, fetched = _demo_steps(2, fetch_extra=[pow_name])
+    assert len(averages) == 11 and "conv1/act_quant/AssignMinEma" not in {u.name for u in averages}
+    monkeypatch.setattr(fusion, "_debiased_average", lambda op, rules: None)
+    plain, _, _, plain_fetched = _demo_steps(2, fetch_extra=[pow_name])
+    assert _bits(fetched[0]) == _bits(plain_fetched[0])
+    for name in plain:
+        np.testing.assert_array_equal(_bits(values[name]), _bits(plain[name]), err_msg=name)

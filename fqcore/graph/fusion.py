@@ -29,7 +29,11 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   the convolution, to float32 rounding.
 - ClippedFakeQuant: a FakeQuantWithMinMaxVars of a FusedChannelChain's output whose range takes
   no gradient (an activation quant's range tracker): its gradient's clip runs inside the
-  chain's gradient pass (ClippedGradient), the same bits, one pass over the tensor fewer."""
+  chain's gradient pass (ClippedGradient), the same bits, one pass over the tensor fewer.
+- DebiasedMovingAverage: contrib's zero-debiased moving average of a range value (a range
+  tracker's AssignMinEma / AssignMaxEma: eight float32 scalar ops, three of them variable writes)
+  as one step in float32 scalar arithmetic, the same bits (IEEE float32 operations round alike in
+  any form), where the eight calls cost a range tracker more than its pass over the tensor."""
 from collections import namedtuple
 
 import numpy as np
@@ -37,7 +41,7 @@ import numpy as np
 from .. import _kernels
 from . import conv_statistics, nn_numpy
 from .op_defs._infer import constant_value
-from .op_defs.math import float32_range, range_layout
+from .op_defs.math import float32_range, power, range_layout
 from .op_defs.nn import FOLDED_GRADIENT, batch_norm_forward, conv_args
 from .op_registry import gradient_function, op_def
 
@@ -64,6 +68,9 @@ class Unit:
     itself or to another unit."""
 
     control_inputs = ()
+    # Whether the unit may take in ops that the plan runs before the one it was found at (a
+    # unit whose ops' outputs only the unit reads, and whose writes nothing else sees).
+    gathers_earlier_ops = False
 
     @property
     def runs_at(self):
@@ -393,17 +400,21 @@ class ClippedFakeQuant(Unit):
 def fuse(order, rules):
     """`order` (the plan's ops) with each unit's ops replaced by the unit (PlanRules: what the
     plan allows)."""
-    units, taken, owners, unit_of = [], set(), {}, {}
+    units, taken, owners, unit_of, alone = [], set(), {}, {}, set()
     for op in order:
         if op in taken:
             continue
         unit = (_chain_from(op, rules) or _conv_statistics(op, rules)
                 or _columns_conv(op, rules, owners) or _paired_depthwise(op, rules, owners)
                 or _statistics_only(op, rules) or _range_pair(op, rules, taken)
-                or _clipped_fake_quant(op, rules, unit_of))
-        if unit is None:
+                or _clipped_fake_quant(op, rules, unit_of) or _debiased_average(op, rules))
+        earlier = [member for member in unit.ops if member in alone] if unit is not None else []
+        if unit is None or (earlier and not unit.gathers_earlier_ops):
             units.append(op)
+            alone.add(op)
             continue
+        if earlier:  # ops of the unit the plan ran before its first one: they run in it now
+            units = [u for u in units if u not in earlier]
         taken.update(unit.ops)
         unit_of.update((member, unit) for member in unit.ops)
         units.append(unit)
@@ -603,3 +614,104 @@ def _chain_from(op, rules):
     if len(ops) < 2:
         return None
     return FusedChannelChain(ops, x, scale, shifts, activation)
+
+
+class DebiasedMovingAverage(Unit):
+    """assign_moving_average with zero_debias, as contrib.quantize's range trackers build it
+    (`ops`, in this order):
+
+        sub = read - value; mul = sub * d; biased' = AssignSub(biased, mul);
+        step' = AssignAdd(local_step, increment); Pow(base, step'); sub_2 = one - Pow;
+        truediv = biased' / sub_2; Assign(variable, truediv)
+
+    with every operand a float32 scalar: the same operations in np.float32 arithmetic (the Pow
+    as the op computes it), writing the three variables at the Assign's place in the plan, which
+    nothing between can see (fusion asks that nothing else writes or reads the two shadow
+    variables but their own reads). A run that does not update state runs the ops one by one."""
+
+    type = "DebiasedMovingAverage"
+    # The step counter's AssignAdd, its Pow and sub_2 can be ready before the Sub (their inputs
+    # are constants and a variable): they join the unit where it runs.
+    gathers_earlier_ops = True
+
+    def __init__(self, ops):
+        self.ops = ops
+        self.name = ops[-1].name
+        sub, mul, assign_sub, assign_add, pow_, sub_2, _, assign = ops
+        self.inputs = [sub.inputs[0], sub.inputs[1], _other(mul, sub.outputs[0]),
+                       assign_add.inputs[1], pow_.inputs[0], sub_2.inputs[0]]
+        self.outputs = [assign.outputs[0]]
+        self.variables = [op.inputs[0].op.name for op in (assign_sub, assign_add, assign)]
+
+    def forward(self, op, inputs, ctx):
+        if not ctx.update_state:
+            return self._op_by_op(inputs, ctx)
+        read, value, d, increment, base, one = (np.float32(v) for v in inputs)
+        biased_name, step_name, name = self.variables
+        biased = np.float32(ctx.current_variable(biased_name)) - (read - value) * d
+        step = np.float32(ctx.current_variable(step_name)) + increment
+        average = np.array(biased / (one - np.float32(power(base, step))), FLOAT32)
+        ctx.write_variable(biased_name, biased)
+        ctx.write_variable(step_name, step)
+        ctx.write_variable(name, average)
+        return (average,)
+
+    def _op_by_op(self, inputs, ctx):
+        values = dict(zip(self.inputs, inputs))
+        for member in self.ops:
+            outputs = op_def(member.type).forward(member, [values.get(t) for t in member.inputs], ctx)
+            values.update(zip(member.outputs, outputs))
+        return (values[self.outputs[0]],)
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        return [None] * len(inputs)  # variable writes: no gradient passes them, as in TF
+
+
+def _other(op, tensor):
+    """The input of a two-input `op` that is not `tensor` (None if both or neither are)."""
+    a, b = op.inputs
+    return b if a is tensor and b is not tensor else a if b is tensor and a is not tensor else None
+
+
+def _scalar32(tensor):
+    return tensor is not None and tensor.dtype == FLOAT32 and tensor.shape is not None and \
+        tuple(tensor.shape) == ()
+
+
+def _debiased_average(op, rules):
+    """The DebiasedMovingAverage whose first op (the Sub) is `op`, or None."""
+    if op.type != "Sub" or not _scalar32(op.outputs[0]):
+        return None
+    ops, running = [op], op.outputs[0]
+    # Each op reads the previous one's output (the one the chain passes on) and nothing else
+    # reads it; the writers' first input is their variable.
+    mul = rules.sole_consumer(running)
+    if mul is None or mul.type != "Mul" or _other(mul, running) is None:
+        return None
+    assign_sub = rules.sole_consumer(mul.outputs[0])
+    if (assign_sub is None or assign_sub.type != "AssignSub"
+            or assign_sub.inputs[1] is not mul.outputs[0]):
+        return None
+    truediv = rules.sole_consumer(assign_sub.outputs[0])
+    if truediv is None or truediv.type != "RealDiv" or truediv.inputs[0] is not assign_sub.outputs[0]:
+        return None
+    sub_2 = truediv.inputs[1].op
+    pow_ = sub_2.inputs[1].op if sub_2.type == "Sub" and len(sub_2.inputs) == 2 else None
+    assign_add = pow_.inputs[1].op if pow_ is not None and pow_.type == "Pow" else None
+    assign = rules.sole_consumer(truediv.outputs[0])
+    if (assign_add is None or assign_add.type != "AssignAdd" or assign is None
+            or assign.type != "Assign" or assign.inputs[1] is not truediv.outputs[0]
+            or rules.sole_consumer(sub_2.outputs[0]) is not truediv
+            or rules.sole_consumer(pow_.outputs[0]) is not sub_2
+            or rules.sole_consumer(assign_add.outputs[0]) is not pow_):
+        return None
+    ops = [op, mul, assign_sub, assign_add, pow_, sub_2, truediv, assign]
+    tensors = [t for member in ops for t in list(member.inputs) + list(member.outputs)]
+    if not all(rules.fusable(member) for member in ops) or not all(map(_scalar32, tensors)):
+        return None
+    # The shadow variables' writes move to the Assign's place: nothing else may touch them.
+    for writer in (assign_sub, assign_add):
+        others = [r for r in rules.readers(writer.inputs[0]) if r is not writer]
+        if rules.pinned(writer.inputs[0]) or any(r.type != "Identity" for r in others):
+            return None
+    return DebiasedMovingAverage(ops)

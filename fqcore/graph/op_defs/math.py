@@ -51,7 +51,8 @@ def power(x, y):
     x, y = np.asarray(x), np.asarray(y)
     if x.dtype != FLOAT32 or y.dtype != FLOAT32:
         return np.power(x, y)
-    x, y = np.broadcast_arrays(x, y)
+    if x.shape != y.shape:
+        x, y = np.broadcast_arrays(x, y)
     out = np.empty(x.shape, FLOAT32)
     _kernels.pow(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(y).reshape(-1),
                  out.reshape(-1))
