@@ -487,7 +487,7 @@ def test_a_fake_quant_of_a_chain_clips_inside_the_chains_gradient(monkeypatch, c
 
 def _demo_steps(steps, update_state=True, fetch_extra=()):
     """The demo's QAT graph after `steps` training steps on fixed batches: (every variable's value,
-    the losses, the plan's DebiasedMovingAverage units, the extra fetches of the last run)."""
+    the losses, the training plan's units, the extra fetches of the last run)."""
     from fqcore import demo
     from fqcore.datasets import load_digits
     data = load_digits()
@@ -504,27 +504,44 @@ def _demo_steps(steps, update_state=True, fetch_extra=()):
     if not update_state:
         losses.append(t.session.run(t.loss, feeds, update_state=False))
     plan = max(t.session._plans.values(), key=lambda p: len(p.steps))
-    averages = [u for u in plan.units if isinstance(u, fusion.DebiasedMovingAverage)]
-    return t.session.variable_values(), losses, averages, fetched
+    return t.session.variable_values(), losses, plan.units, fetched
+
+
+def _averages(units):
+    return [u for u in units if isinstance(u, fusion.DebiasedMovingAverage)]
 
 
 def _bits(value):
     return np.asarray(value, np.float32).view(np.uint32)
 
 
-def test_debiased_moving_averages_run_as_one_step_each_with_the_same_bits(monkeypatch):
-    """contrib's range trackers (six in the demo, a min and a max each): each zero-debiased
-    moving average is one step, and three training steps leave every variable with the bits of
-    the plan that runs its eight ops one by one, the other fusions being the same."""
-    fused, fused_losses, averages, _ = _demo_steps(3)
+def _without_tracker_units(monkeypatch):
+    """Plans built from now on run the range trackers' clamps, moving averages and stores op
+    by op (the other fusions as before)."""
+    monkeypatch.setattr(fusion, "_debiased_average", lambda op, rules: None)
+    monkeypatch.setattr(fusion, "_stored_tail", lambda extreme, rules: ())
+
+
+def test_range_trackers_run_as_few_steps_with_the_same_bits(monkeypatch):
+    """contrib's range trackers in the demo: the weights' five store their batch range (clamp and
+    Assign) in their RangePair; the activations' six each make two zero-debiased moving averages,
+    a step each with the clamp before it. Three training steps leave every variable with the bits
+    of the plan that runs those ops one by one, the other fusions being the same."""
+    fused, fused_losses, units, _ = _demo_steps(3)
+    averages = _averages(units)
     assert len(averages) == 12
     assert {tuple(op.type for op in u.ops) for u in averages} == {
-        ("Sub", "Mul", "AssignSub", "AssignAdd", "Pow", "Sub", "RealDiv", "Assign")}
+        (clamp, "Sub", "Mul", "AssignSub", "AssignAdd", "Pow", "Sub", "RealDiv", "Assign")
+        for clamp in ("Minimum", "Maximum")}
     # block1's tracker: its step counter's ops run before its Sub, and join the unit there.
     assert "block1/act_quant/AssignMinEma" in {u.name for u in averages}
-    monkeypatch.setattr(fusion, "_debiased_average", lambda op, rules: None)
-    plain, plain_losses, none, _ = _demo_steps(3)
-    assert none == []
+    tails = sorted(tuple(op.type for op in tail) for u in units
+                   if isinstance(u, fusion.RangePair) for tail in u.tails)
+    assert tails == [()] * 12 + [("Maximum", "Assign")] * 5 + [("Minimum", "Assign")] * 5
+    _without_tracker_units(monkeypatch)
+    plain, plain_losses, units, _ = _demo_steps(3)
+    assert _averages(units) == [] and all(
+        tail == () for u in units if isinstance(u, fusion.RangePair) for tail in u.tails)
     assert [_bits(v) for v in fused_losses] == [_bits(v) for v in plain_losses]
     assert fused.keys() == plain.keys()
     for name in plain:
@@ -539,10 +556,15 @@ def test_debiased_moving_average_without_state_updates_and_with_a_fetched_step(m
     after, losses, _, _ = _demo_steps(1, update_state=False)
     for name in before:
         np.testing.assert_array_equal(_bits(after[name]), _bits(before[name]), err_msg=name)
+    with pytest.MonkeyPatch.context() as op_by_op:
+        _without_tracker_units(op_by_op)
+        _, plain_losses, _, _ = _demo_steps(1, update_state=False)
+    assert _bits(losses[-1]) == _bits(plain_losses[-1])  # the stored ranges, not the batch's
     pow_name = "conv1/act_quant/AssignMinEma/Pow:0"
-    values, _, averages, fetched = _demo_steps(2, fetch_extra=[pow_name])
+    values, _, units, fetched = _demo_steps(2, fetch_extra=[pow_name])
+    averages = _averages(units)
     assert len(averages) == 11 and "conv1/act_quant/AssignMinEma" not in {u.name for u in averages}
-    monkeypatch.setattr(fusion, "_debiased_average", lambda op, rules: None)
+    _without_tracker_units(monkeypatch)
     plain, _, _, plain_fetched = _demo_steps(2, fetch_extra=[pow_name])
     assert _bits(fetched[0]) == _bits(plain_fetched[0])
     for name in plain:

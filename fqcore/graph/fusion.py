@@ -424,15 +424,25 @@ def fuse(order, rules):
 
 class RangePair(Unit):
     """A Min and a Max of the same float32 tensor over the same constant axes (a range tracker's
-    batch min and max): both from one fq_f32_range pass, where the earlier of the two ran."""
+    batch min and max): both from one fq_f32_range pass, where the earlier of the two ran. Each
+    of the two may carry a tail that stores it (a last-value tracker's): a Minimum or Maximum with
+    a constant scalar, then an Assign of a float32 scalar variable that nothing else writes, the
+    same operations (`tails`, per output; the unit's output is then the Assign's)."""
 
     type = "RangePair"
 
-    def __init__(self, first, second, axes):
-        self.ops = [first, second]
+    def __init__(self, first, second, axes, tails=((), ())):
+        self.ops = [first, second] + [member for tail in tails for member in tail]
         self.name = f"{first.name}+{second.name}"
+        self.tails = tails
         self.inputs = [first.inputs[0]]
-        self.outputs = [first.outputs[0], second.outputs[0]]
+        # The clamps' constants, as the Const ops hold them (the plan may run those after the
+        # unit's place in its first run).
+        self.bounds = {member: constant_value(_other(member, _input_of(member, head)))
+                       for head, tail in zip((first, second), tails)
+                       for member in tail[:1] if member.type in _CLAMPS}
+        self.outputs = [tail[-1].outputs[0] if tail else head.outputs[0]
+                        for head, tail in zip((first, second), tails)]
         self.axes = axes
         self.layouts = {}  # x's shape -> range_layout
         # float32_range gives (min, max): which of the two each output is.
@@ -449,21 +459,74 @@ class RangePair(Unit):
         if layout is None:
             layout = range_layout(self.ops[0], x, self.axes)
             if layout is None:  # a run-time x the ranges do not cover (rank 0, not float32)
-                return tuple(op_def(m.type).forward(m, [x, self.axes], ctx)[0] for m in self.ops)
+                heads = [op_def(m.type).forward(m, [x, self.axes], ctx)[0] for m in self.ops[:2]]
+                return self._stored(heads, ctx)
             self.layouts[x.shape] = layout
         extremes = float32_range(x, layout)
-        return extremes[self.picks[0]], extremes[self.picks[1]]
+        return self._stored([extremes[self.picks[0]], extremes[self.picks[1]]], ctx)
+
+    def _stored(self, heads, ctx):
+        """The two outputs: each extreme through its tail (clamp, then store)."""
+        outputs = []
+        for value, tail in zip(heads, self.tails):
+            for member in tail:
+                if member.type in _CLAMPS:
+                    value = _CLAMPS[member.type](value, self.bounds[member])
+                elif ctx.update_state:
+                    value = np.array(value, FLOAT32)
+                    ctx.write_variable(member.inputs[0].op.name, value)
+                else:
+                    value = ctx.current_variable(member.inputs[0].op.name)
+            outputs.append(value)
+        return tuple(outputs)
 
     def gradient(self, op, inputs, outputs, grads, needed):
         # Each op's gradient as TF takes it; the two are added before they join x's other
-        # gradients (the unfused plan adds them one by one).
+        # gradients (the unfused plan adds them one by one). A stored output takes none (no
+        # gradient passes an Assign).
         dx = None
-        for member, output, grad in zip(self.ops, outputs, grads):
-            if grad is not None:
+        for member, tail, output, grad in zip(self.ops, self.tails, outputs, grads):
+            if grad is not None and not tail:
                 part = op_def(member.type).gradient(member, [inputs[0], self.axes], [output],
                                                     [grad])[0]
                 dx = part if dx is None else dx + part
         return [dx]
+
+
+# The clamps a range tracker applies to its batch range, as their ops compute them.
+_CLAMPS = {"Minimum": np.minimum, "Maximum": np.maximum}
+
+
+def _input_of(op, producer):
+    """The input of `op` that `producer` makes."""
+    return next(t for t in op.inputs if t.op is producer)
+
+
+def _stored_tail(extreme, rules):
+    """The ops that store `extreme` (a RangePair output), if that is all that reads it: an
+    optional Minimum / Maximum with a Const float32 scalar (read from the graph), then
+    an Assign of a float32 scalar variable that no other op writes; else ()."""
+    tail, running = [], extreme
+    reader = rules.sole_consumer(running)
+    if (reader is not None and reader.type in _CLAMPS and rules.fusable(reader)
+            and _other(reader, running) is not None and _other(reader, running).op.type == "Const"
+            and all(map(_scalar32, list(reader.inputs) + list(reader.outputs)))):
+        tail.append(reader)
+        running = reader.outputs[0]
+        reader = rules.sole_consumer(running)
+    if (reader is None or reader.type != "Assign" or not rules.fusable(reader)
+            or reader.inputs[1] is not running or not _scalar32(running)
+            or not _scalar32(reader.inputs[0]) or not _sole_writer(reader, rules)):
+        return ()
+    return tuple(tail + [reader])
+
+
+def _sole_writer(writer, rules):
+    """Whether `writer` is the only op of the plan that writes its variable (every other reader
+    of the variable's tensor is an Identity, a read) and the variable is not fed or fetched."""
+    variable = writer.inputs[0]
+    return not rules.pinned(variable) and all(
+        r is writer or r.type == "Identity" for r in rules.readers(variable))
 
 
 def _range_pair(op, rules, taken):
@@ -483,7 +546,8 @@ def _range_pair(op, rules, taken):
         partner_axes = constant_value(partner.inputs[1])
         if (partner_axes is not None and partner.attrs.get("keep_dims", False) == keep
                 and np.array_equal(partner_axes, axes)):
-            return RangePair(op, partner, np.asarray(axes))
+            tails = tuple(_stored_tail(m.outputs[0], rules) for m in (op, partner))
+            return RangePair(op, partner, np.asarray(axes), tails)
     return None
 
 
@@ -618,9 +682,9 @@ def _chain_from(op, rules):
 
 class DebiasedMovingAverage(Unit):
     """assign_moving_average with zero_debias, as contrib.quantize's range trackers build it
-    (`ops`, in this order):
+    (`ops`, in this order, the first only when the value is a clamp that only the Sub reads):
 
-        sub = read - value; mul = sub * d; biased' = AssignSub(biased, mul);
+        value = Minimum / Maximum(extreme, bound); sub = read - value; mul = sub * d; biased' = AssignSub(biased, mul);
         step' = AssignAdd(local_step, increment); Pow(base, step'); sub_2 = one - Pow;
         truediv = biased' / sub_2; Assign(variable, truediv)
 
@@ -630,22 +694,27 @@ class DebiasedMovingAverage(Unit):
     variables but their own reads). A run that does not update state runs the ops one by one."""
 
     type = "DebiasedMovingAverage"
-    # The step counter's AssignAdd, its Pow and sub_2 can be ready before the Sub (their inputs
-    # are constants and a variable): they join the unit where it runs.
+    # The clamp, the step counter's AssignAdd, its Pow and sub_2 can be ready before the Sub:
+    # they join the unit where it runs (every op of it is an ancestor of the Assign, so all its
+    # inputs are ready there).
     gathers_earlier_ops = True
 
     def __init__(self, ops):
         self.ops = ops
         self.name = ops[-1].name
-        sub, mul, assign_sub, assign_add, pow_, sub_2, _, assign = ops
-        self.inputs = [sub.inputs[0], sub.inputs[1], _other(mul, sub.outputs[0]),
-                       assign_add.inputs[1], pow_.inputs[0], sub_2.inputs[0]]
+        sub, mul, assign_sub, assign_add, pow_, sub_2, _, assign = ops[-8:]
+        self.clamp = _CLAMPS[ops[0].type] if len(ops) == 9 else None
+        values = list(ops[0].inputs) if self.clamp else [sub.inputs[1]]
+        self.inputs = [sub.inputs[0]] + values + [_other(mul, sub.outputs[0]), assign_add.inputs[1],
+                                                  pow_.inputs[0], sub_2.inputs[0]]
         self.outputs = [assign.outputs[0]]
         self.variables = [op.inputs[0].op.name for op in (assign_sub, assign_add, assign)]
 
     def forward(self, op, inputs, ctx):
         if not ctx.update_state:
             return self._op_by_op(inputs, ctx)
+        if self.clamp is not None:
+            inputs = [inputs[0], self.clamp(inputs[1], inputs[2])] + inputs[3:]
         read, value, d, increment, base, one = (np.float32(v) for v in inputs)
         biased_name, step_name, name = self.variables
         biased = np.float32(ctx.current_variable(biased_name)) - (read - value) * d
@@ -706,12 +775,13 @@ def _debiased_average(op, rules):
             or rules.sole_consumer(assign_add.outputs[0]) is not pow_):
         return None
     ops = [op, mul, assign_sub, assign_add, pow_, sub_2, truediv, assign]
+    clamp = op.inputs[1].op
+    if clamp.type in _CLAMPS and rules.sole_consumer(op.inputs[1]) is op:
+        ops.insert(0, clamp)
     tensors = [t for member in ops for t in list(member.inputs) + list(member.outputs)]
     if not all(rules.fusable(member) for member in ops) or not all(map(_scalar32, tensors)):
         return None
     # The shadow variables' writes move to the Assign's place: nothing else may touch them.
-    for writer in (assign_sub, assign_add):
-        others = [r for r in rules.readers(writer.inputs[0]) if r is not writer]
-        if rules.pinned(writer.inputs[0]) or any(r.type != "Identity" for r in others):
-            return None
+    if not _sole_writer(assign_sub, rules) or not _sole_writer(assign_add, rules):
+        return None
     return DebiasedMovingAverage(ops)
