@@ -485,9 +485,10 @@ def test_a_fake_quant_of_a_chain_clips_inside_the_chains_gradient(monkeypatch, c
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
-def _demo_steps(steps, update_state=True, fetch_extra=()):
-    """The demo's QAT graph after `steps` training steps on fixed batches: (every variable's value,
-    the losses, the training plan's units, the extra fetches of the last run)."""
+def _demo_steps(steps, update_state=True, fetch_extra=(), batch_sizes=(64,)):
+    """The demo's QAT graph after `steps` training steps on fixed batches (of the sizes in turn):
+    (every variable's value, the losses, the training plan's units, the extra fetches of the
+    last run)."""
     from fqcore import demo
     from fqcore.datasets import load_digits
     data = load_digits()
@@ -496,8 +497,9 @@ def _demo_steps(steps, update_state=True, fetch_extra=()):
     extra = [g.as_graph_element(name) for name in fetch_extra]
     losses, fetched = [], None
     for k in range(steps):
-        feeds = {t.images: data.x_train[64 * k:64 * k + 64],
-                 t.labels: data.y_train[64 * k:64 * k + 64]}
+        batch = batch_sizes[k % len(batch_sizes)]
+        feeds = {t.images: data.x_train[64 * k:64 * k + batch],
+                 t.labels: data.y_train[64 * k:64 * k + batch]}
         results = t.session.run([t.train_op, t.updates] + extra + [t.loss], feeds)
         fetched = results[2:-1]
         losses.append(results[-1])
@@ -516,18 +518,27 @@ def _bits(value):
 
 
 def _without_tracker_units(monkeypatch):
-    """Plans built from now on run the range trackers' clamps, moving averages and stores op
-    by op (the other fusions as before)."""
+    """Plans built from now on run the range trackers' clamps, moving averages and stores, the
+    batch norms' moving averages and Bessel factors op by op (the other fusions as before)."""
     monkeypatch.setattr(fusion, "_debiased_average", lambda op, rules: None)
     monkeypatch.setattr(fusion, "_stored_tail", lambda extreme, rules: ())
+    monkeypatch.setattr(fusion, "_moving_average", lambda op, rules: None)
+    monkeypatch.setattr(fusion, "_shape_function", lambda op, rules: None)
 
 
 def test_range_trackers_run_as_few_steps_with_the_same_bits(monkeypatch):
     """contrib's range trackers in the demo: the weights' five store their batch range (clamp and
     Assign) in their RangePair; the activations' six each make two zero-debiased moving averages,
-    a step each with the clamp before it. Three training steps leave every variable with the bits
-    of the plan that runs those ops one by one, the other fusions being the same."""
-    fused, fused_losses, units, _ = _demo_steps(3)
+    a step each with the clamp before it. The four batch norms' moving averages are a step each,
+    their Bessel factors one per batch size. Four training steps (batches of 64, 32, 64, 32)
+    leave every variable with the bits of the plan that runs those ops one by one, the other
+    fusions being the same."""
+    fused, fused_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
+    assert sum(isinstance(u, fusion.MovingAverage) for u in units) == 8
+    factors = [u for u in units if isinstance(u, fusion.ShapeFunction)]
+    assert len(factors) == 4 and all(len(u.values) == 2 for u in factors)
+    assert {tuple(op.type for op in u.ops) for u in factors} == {
+        ("Size", "Cast", "RealDiv", "Cast", "Sub", "RealDiv")}
     averages = _averages(units)
     assert len(averages) == 12
     assert {tuple(op.type for op in u.ops) for u in averages} == {
@@ -539,14 +550,15 @@ def test_range_trackers_run_as_few_steps_with_the_same_bits(monkeypatch):
                    if isinstance(u, fusion.RangePair) for tail in u.tails)
     assert tails == [()] * 12 + [("Maximum", "Assign")] * 5 + [("Minimum", "Assign")] * 5
     _without_tracker_units(monkeypatch)
-    plain, plain_losses, units, _ = _demo_steps(3)
+    plain, plain_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
     assert _averages(units) == [] and all(
         tail == () for u in units if isinstance(u, fusion.RangePair) for tail in u.tails)
+    assert not any(isinstance(u, (fusion.MovingAverage, fusion.ShapeFunction)) for u in units)
     assert [_bits(v) for v in fused_losses] == [_bits(v) for v in plain_losses]
     assert fused.keys() == plain.keys()
     for name in plain:
         np.testing.assert_array_equal(_bits(fused[name]), _bits(plain[name]), err_msg=name)
-    assert plain["block1/act_quant/block1/act_quant/min/local_step"] == 3.0
+    assert plain["block1/act_quant/block1/act_quant/min/local_step"] == 4.0
 
 
 def test_debiased_moving_average_without_state_updates_and_with_a_fetched_step(monkeypatch):

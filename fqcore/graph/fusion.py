@@ -33,7 +33,12 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
 - DebiasedMovingAverage: contrib's zero-debiased moving average of a range value (a range
   tracker's AssignMinEma / AssignMaxEma: eight float32 scalar ops, three of them variable writes)
   as one step in float32 scalar arithmetic, the same bits (IEEE float32 operations round alike in
-  any form), where the eight calls cost a range tracker more than its pass over the tensor."""
+  any form), where the eight calls cost a range tracker more than its pass over the tensor.
+- MovingAverage: assign_moving_average without debiasing (a batch norm's moving mean and
+  variance: Sub, Mul by a scalar, AssignSub) as one step, the same numpy operations.
+- ShapeFunction: ops that compute from a tensor's shape and the plan's constants alone (a batch
+  norm's Bessel factor n / (n - 1) from its input's Size), run op by op once per shape of that
+  tensor and then reused."""
 from collections import namedtuple
 
 import numpy as np
@@ -49,8 +54,9 @@ from .op_registry import gradient_function, op_def
 # needs (else None); unread(tensor), nothing reads it (no op, fetch or feed); readers(tensor), the
 # ops of the plan that read it, in plan order; pinned(tensor), it is fetched or fed (read outside
 # the plan); fusable(op), the op may join a unit (it cannot die on a dead branch, no control edge
-# touches it).
-PlanRules = namedtuple("PlanRules", ["sole_consumer", "unread", "readers", "pinned", "fusable"])
+# touches it); constant(tensor), it is the same in every run (the plan folds it).
+PlanRules = namedtuple("PlanRules", ["sole_consumer", "unread", "readers", "pinned", "fusable",
+                                     "constant"])
 
 FLOAT32 = np.dtype(np.float32)
 _ADDS = ("AddV2", "Add")
@@ -407,7 +413,8 @@ def fuse(order, rules):
         unit = (_chain_from(op, rules) or _conv_statistics(op, rules)
                 or _columns_conv(op, rules, owners) or _paired_depthwise(op, rules, owners)
                 or _statistics_only(op, rules) or _range_pair(op, rules, taken)
-                or _clipped_fake_quant(op, rules, unit_of) or _debiased_average(op, rules))
+                or _clipped_fake_quant(op, rules, unit_of) or _debiased_average(op, rules)
+                or _moving_average(op, rules) or _shape_function(op, rules))
         earlier = [member for member in unit.ops if member in alone] if unit is not None else []
         if unit is None or (earlier and not unit.gathers_earlier_ops):
             units.append(op)
@@ -712,7 +719,7 @@ class DebiasedMovingAverage(Unit):
 
     def forward(self, op, inputs, ctx):
         if not ctx.update_state:
-            return self._op_by_op(inputs, ctx)
+            return tuple(_op_by_op(self.ops, zip(self.inputs, inputs), self.outputs, ctx))
         if self.clamp is not None:
             inputs = [inputs[0], self.clamp(inputs[1], inputs[2])] + inputs[3:]
         read, value, d, increment, base, one = (np.float32(v) for v in inputs)
@@ -724,13 +731,6 @@ class DebiasedMovingAverage(Unit):
         ctx.write_variable(step_name, step)
         ctx.write_variable(name, average)
         return (average,)
-
-    def _op_by_op(self, inputs, ctx):
-        values = dict(zip(self.inputs, inputs))
-        for member in self.ops:
-            outputs = op_def(member.type).forward(member, [values.get(t) for t in member.inputs], ctx)
-            values.update(zip(member.outputs, outputs))
-        return (values[self.outputs[0]],)
 
     def gradient(self, op, inputs, outputs, grads, needed):
         return [None] * len(inputs)  # variable writes: no gradient passes them, as in TF
@@ -785,3 +785,129 @@ def _debiased_average(op, rules):
     if not _sole_writer(assign_sub, rules) or not _sole_writer(assign_add, rules):
         return None
     return DebiasedMovingAverage(ops)
+
+
+def _op_by_op(ops, inputs, tensors, ctx):
+    """The values of `tensors` after running `ops` (in an order their data allows) on `inputs`
+    ((tensor, value) pairs: what they read from outside)."""
+    values = dict(inputs)
+    for member in ops:
+        outputs = op_def(member.type).forward(member, [values.get(t) for t in member.inputs], ctx)
+        values.update(zip(member.outputs, outputs))
+    return [values[t] for t in tensors]
+
+
+class MovingAverage(Unit):
+    """assign_moving_average without debiasing (`ops`: sub = read - value; mul = sub * d;
+    AssignSub(variable, mul)), a batch norm's moving statistics: the same numpy operations in one
+    step; a run that does not update state yields the stored value, as the AssignSub does."""
+
+    type = "MovingAverage"
+
+    def __init__(self, ops):
+        self.ops = ops
+        self.name = ops[-1].name
+        sub, mul, assign_sub = ops
+        self.inputs = [sub.inputs[0], sub.inputs[1], _other(mul, sub.outputs[0])]
+        self.outputs = [assign_sub.outputs[0]]
+        self.variable = assign_sub.inputs[0].op.name
+
+    def forward(self, op, inputs, ctx):
+        if not ctx.update_state:
+            return (ctx.current_variable(self.variable),)
+        read, value, d = inputs
+        current = ctx.current_variable(self.variable)
+        new = np.subtract(current, np.asarray(np.multiply(np.subtract(read, value), d),
+                                              current.dtype))
+        ctx.write_variable(self.variable, new)
+        return (new,)
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        return [None] * len(inputs)  # a variable write: no gradient passes it, as in TF
+
+
+def _moving_average(op, rules):
+    """The MovingAverage whose Sub is `op` (float32 operands of one shape, d a float32 scalar;
+    nothing else reads the Sub's or the Mul's output, nothing else writes the variable), or None."""
+    if op.type != "Sub" or not rules.fusable(op):
+        return None
+    mul = rules.sole_consumer(op.outputs[0])
+    if mul is None or mul.type != "Mul" or not rules.fusable(mul) or not _scalar32(
+            _other(mul, op.outputs[0])):
+        return None
+    assign_sub = rules.sole_consumer(mul.outputs[0])
+    if (assign_sub is None or assign_sub.type != "AssignSub" or not rules.fusable(assign_sub)
+            or assign_sub.inputs[1] is not mul.outputs[0] or not _sole_writer(assign_sub, rules)):
+        return None
+    shape = op.inputs[0].shape
+    same = [op.inputs[0], op.inputs[1], op.outputs[0], mul.outputs[0], assign_sub.inputs[0]]
+    if shape is None or None in shape or not all(
+            t.dtype == FLOAT32 and t.shape is not None and tuple(t.shape) == tuple(shape)
+            for t in same):
+        return None
+    return MovingAverage([op, mul, assign_sub])
+
+
+class ShapeFunction(Unit):
+    """Ops that compute from one tensor's shape and the plan's constants alone (`ops`, in an
+    order their data allows, the last the one whose output others read): run op by op once per
+    shape of that tensor, the value kept for the runs after."""
+
+    type = "ShapeFunction"
+    # Shapes kept per unit: batch sizes a run can take (beyond this the memory starts over).
+    MAX_SHAPES = 64
+
+    def __init__(self, ops, x, constants):
+        self.ops = ops
+        self.name = ops[-1].name
+        self.inputs = [x] + constants
+        self.outputs = [ops[-1].outputs[0]]
+        self.values = {}
+
+    def forward(self, op, inputs, ctx):
+        shape = np.shape(inputs[0])
+        value = self.values.get(shape)
+        if value is None:
+            if len(self.values) >= self.MAX_SHAPES:
+                self.values.clear()
+            value = self.values[shape] = _op_by_op(self.ops, zip(self.inputs, inputs),
+                                                   self.outputs, ctx)[0]
+        return (value,)
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        return [None] * len(inputs)  # a shape and constants take no gradient
+
+
+# Ops a ShapeFunction may hold: stateless, and computing from their operands' values.
+_SHAPE_READERS = ("Size", "Shape")
+_NOT_SHAPE_FUNCTION = {"Switch", "Merge", "Gradients", "Placeholder", "NoOp"}
+
+
+def _shape_function(op, rules):
+    """The ShapeFunction that starts at `op` (a Size or Shape): the ops that read only what it
+    and they make and the plan's constants, when one tensor of theirs is all that others read
+    (or fetch), so that all of them run before its maker; None if that is `op` alone."""
+    if op.type not in _SHAPE_READERS or not rules.fusable(op):
+        return None
+    members, made = [op], set(op.outputs)
+    grew = True
+    while grew:
+        grew = False
+        for t in list(made):
+            for reader in rules.readers(t):
+                if (reader in members or not rules.fusable(reader)
+                        or reader.type in _NOT_SHAPE_FUNCTION or op_def(reader.type).stateful
+                        or not all(i in made or rules.constant(i) for i in reader.inputs)):
+                    continue
+                members.append(reader)
+                made.update(reader.outputs)
+                grew = True
+    exits = [t for t in made if rules.pinned(t) or not rules.readers(t)
+             or any(r not in members for r in rules.readers(t))]
+    if len(members) < 2 or len(exits) != 1:
+        return None
+    members.sort(key=lambda m: m._index)  # creation order: each op after its inputs' makers
+    if exits[0].op is not members[-1]:
+        return None
+    constants = list(dict.fromkeys(i for m in members for i in m.inputs if i not in made))
+    return ShapeFunction(members, op.inputs[0], constants)

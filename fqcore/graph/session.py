@@ -243,7 +243,9 @@ class _Plan:
             if op.type == "Switch" or any(t.op in can_die for t in op.inputs) or any(
                     c in can_die for c in op.control_inputs):
                 can_die.add(op)
-        rules = _rules(order, elements, feeds, can_die)
+        fusable = _fusable(order, can_die)
+        self.foldable = _foldable(order, fusable, feeds)
+        rules = _rules(order, elements, feeds, fusable, self.foldable)
         self.units = units = fusion.fuse(order, rules)
         self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
                           for op in unit.ops}
@@ -257,7 +259,6 @@ class _Plan:
         self.position = {op: i for i, op in enumerate(order)}
         self.backprop_paths = {}
         self.reverse_codes = {}
-        self.foldable = _foldable(order, rules.fusable, feeds)
         # (the steps, the foldable ops' outputs once a run has computed them, else None): one
         # attribute, so a run that starts while another folds sees both before or both after.
         self.stage = (steps, None)
@@ -373,16 +374,25 @@ def _foldable(order, movable, feeds):
     return foldable
 
 
-def _rules(order, elements, feeds, can_die):
+def _fusable(order, can_die):
+    """fusable(op): whether `op` may join a unit or move, as no dead branch (Switch) can reach
+    it and no control edge touches it."""
+    controlling = {c for op in order for c in op.control_inputs}
+
+    def fusable(op):
+        return op not in can_die and not op.control_inputs and op not in controlling
+    return fusable
+
+
+def _rules(order, elements, feeds, fusable, foldable):
     """What fusion may do with this plan (fusion.PlanRules). A tensor that is fetched or fed is
-    read outside the plan; an op that a dead branch can reach, or that a control edge touches,
-    stays as it is."""
+    read outside the plan; `fusable` says which ops may join a unit; `foldable` holds the ops
+    whose outputs are the same in every run."""
     readers = {}
     for op in order:
         for t in op.inputs:
             readers.setdefault(t, []).append(op)
     pinned = {e for e in elements if isinstance(e, Tensor)} | set(feeds)
-    controlling = {c for op in order for c in op.control_inputs}
 
     def sole_consumer(tensor):
         ops = readers.get(tensor, ())
@@ -397,9 +407,9 @@ def _rules(order, elements, feeds, can_die):
     def is_pinned(tensor):
         return tensor in pinned
 
-    def fusable(op):
-        return op not in can_die and not op.control_inputs and op not in controlling
-    return fusion.PlanRules(sole_consumer, unread, readers_of, is_pinned, fusable)
+    def constant(tensor):
+        return tensor.op in foldable
+    return fusion.PlanRules(sole_consumer, unread, readers_of, is_pinned, fusable, constant)
 
 
 class _Run:
