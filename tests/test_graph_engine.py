@@ -265,7 +265,7 @@ def test_reads_see_the_start_of_run_value_even_after_an_assign_in_the_same_run()
     # The reads are made before the steps: the variable and its `read` take no step; the
     # Identity under a control edge keeps its own.
     plan = s._plan([assign.outputs[0], before, after, late_read], {})
-    assert [t.op.name for t, _ in plan.variable_reads] == ["v", "v/read"]
+    assert [t.op.name for t in plan.variable_reads[0]] == ["v", "v/read"]
 
 
 def test_update_state_false_leaves_every_variable_unchanged():
@@ -768,14 +768,14 @@ def test_a_run_that_starts_before_its_plan_folds_finishes_on_what_it_started_wit
     s = G.Session(g)
     s.run(init)
     started, folded = threading.Event(), threading.Event()
-    real_read = G.session._Run.read_variable
+    real_read = G.session._Run.read_variables
 
-    def read_variable(run, name):  # the early run waits here, between its start and its steps
+    def read_variables(run, tensors, names):  # the early run waits here, before its steps
         if threading.current_thread().name == "early" and not started.is_set():
             started.set()
             assert folded.wait(10)
-        return real_read(run, name)
-    monkeypatch.setattr(G.session._Run, "read_variable", read_variable)
+        return real_read(run, tensors, names)
+    monkeypatch.setattr(G.session._Run, "read_variables", read_variables)
     results, errors = [], []
 
     def early_run():

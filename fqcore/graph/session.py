@@ -249,8 +249,10 @@ class _Plan:
         self.units = units = fusion.fuse(order, rules)
         self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
                           for op in unit.ops}
-        self.variable_reads = _variable_reads(order, rules.fusable)
-        read_ops = {t.op for t, _ in self.variable_reads}
+        reads = _variable_reads(order, rules.fusable)
+        # (the tensors, the variables' names), in two tuples for the run to read them at once.
+        self.variable_reads = tuple(t for t, _ in reads), tuple(name for _, name in reads)
+        read_ops = {t.op for t in self.variable_reads[0]}
         steps = [(unit, unit.forward, unit.inputs, unit.outputs, (), False)
                  if isinstance(unit, fusion.Unit) else
                  (unit, op_def(unit.type).forward, unit.inputs, unit.outputs,
@@ -429,9 +431,7 @@ class _Run:
         steps, constants = plan.stage
         if constants is not None:
             values.update(constants)
-        read = self.read_variable
-        for tensor, name in plan.variable_reads:
-            values[tensor] = read(name)
+        self.read_variables(*plan.variable_reads)
         for op, forward, inputs, outputs, controls, can_die in steps:
             args = [values[t] for t in inputs]
             if can_die and (any(a is DEAD for a in args) or any(c in self.dead_ops for c in controls)):
@@ -450,6 +450,16 @@ class _Run:
             values.update(zip(outputs, results))
         if constants is None and plan.stage[1] is None:
             plan.fold(values)
+
+    def read_variables(self, tensors, names):
+        """The run's values of `tensors`: the variables `names` as the run started, all at once
+        (a call per read cost more than the lookups it makes)."""
+        snapshot = self.snapshot
+        self.values.update(zip(tensors, map(snapshot.get, names)))
+        if not all(map(snapshot.__contains__, names)):  # variables not yet initialized
+            for tensor, name in zip(tensors, names):
+                if name not in snapshot:
+                    self.values[tensor] = _Uninitialized(name)
 
     # Variable access for the state ops.
     def read_variable(self, name):

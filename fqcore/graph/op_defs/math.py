@@ -6,13 +6,20 @@ from ..op_registry import register
 from ._infer import FLOAT32, binary, comparison, constant_value, like_input, unbroadcast
 
 
+def _shape(value):
+    """np.shape(value), without its Python-level dispatch for the arrays and numpy scalars the
+    engine's values are."""
+    shape = getattr(value, "shape", None)
+    return shape if shape is not None else np.shape(value)
+
+
 def _binary_grad(dx, dy):
     """A gradient from formulas for each operand, summed back to the operand's shape."""
     def gradient(op, inputs, outputs, grads):
         x, y = inputs
         g = grads[0]
-        return [unbroadcast(np.asarray(dx(g, x, y, outputs[0])), np.shape(x)),
-                unbroadcast(np.asarray(dy(g, x, y, outputs[0])), np.shape(y))]
+        return [unbroadcast(np.asarray(dx(g, x, y, outputs[0])), _shape(x)),
+                unbroadcast(np.asarray(dy(g, x, y, outputs[0])), _shape(y))]
     return gradient
 
 
