@@ -57,6 +57,7 @@ COMMON_SOURCES = [
     "matmul/matmul_api.c",
     "matmul/matmul_scalar.c",
     "elementwise/pow.c",
+    "optimizer/momentum.c",
 ]
 ISA_SOURCES = {
     "AVX2": ["fake_quant/fq_avx2.c", "batch_norm/bn_avx2.c", "range/range_avx2.c",

@@ -635,3 +635,19 @@ def pow(const float[::1] x, const float[::1] y, float[::1] out):
     with nogil:
         rc = fq_f32_pow(_cptr(x), _cptr(y), x.shape[0], _ptr(out))
     _check(rc)
+
+
+def momentum(const float[::1] var, const float[::1] accum, const float[::1] grad,
+             float learning_rate, float momentum, bint use_nesterov, float[::1] new_var,
+             float[::1] new_accum):
+    """TF's ApplyMomentum into new_var and new_accum (fq_f32_momentum)."""
+    cdef fq_status rc
+    cdef Py_ssize_t n = var.shape[0]
+    if accum.shape[0] != n or grad.shape[0] != n or new_var.shape[0] != n or new_accum.shape[0] != n:
+        raise ValueError(f"var, accum, grad, new_var and new_accum must have the same length, got "
+                         f"{n}, {accum.shape[0]}, {grad.shape[0]}, {new_var.shape[0]} and "
+                         f"{new_accum.shape[0]}")
+    with nogil:
+        rc = fq_f32_momentum(_cptr(var), _cptr(accum), _cptr(grad), n, learning_rate, momentum,
+                             use_nesterov, _ptr(new_var), _ptr(new_accum))
+    _check(rc)

@@ -472,6 +472,32 @@ def test_momentum_three_steps(nesterov):
         np.testing.assert_allclose(s.variable_value("w/Momentum"), accum, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_momentum_update_has_the_float32_formula_bits(nesterov):
+    """ApplyMomentum's one-pass kernel gives the bits of TF's formula in float32 numpy, each
+    operation rounded in turn (no fused multiply-add), NaN, infinities and subnormals included;
+    a variable of another shape than its gradient is refused as the formula refuses it."""
+    from fqcore.graph.op_defs import train
+    rng = np.random.default_rng(7)
+    var = rng.standard_normal(1000).astype(F32)
+    accum = rng.standard_normal(1000).astype(F32)
+    grad = rng.standard_normal(1000).astype(F32)
+    special = np.array([np.nan, np.inf, -np.inf, 1e-40, -1e-40, 0.0, -0.0, 3e38], F32)
+    var[:8], accum[8:16], grad[16:24] = special, special, special
+    lr, momentum = F32(0.0123), F32(0.9)
+    op = type("Op", (), {"attrs": {"use_nesterov": nesterov}})()
+    new_var, (new_accum,) = train._momentum(op, var, [accum], np.asarray(lr), grad,
+                                            np.asarray(momentum))
+    expect_accum = accum * momentum + grad
+    expect_var = (var - (grad * lr + expect_accum * momentum * lr) if nesterov
+                  else var - expect_accum * lr)
+    np.testing.assert_array_equal(new_accum.view(np.uint32), expect_accum.view(np.uint32))
+    np.testing.assert_array_equal(new_var.view(np.uint32), expect_var.view(np.uint32))
+    assert new_var.shape == var.shape and new_var is not var and new_accum is not accum
+    with pytest.raises(ValueError, match="broadcast"):
+        train._momentum(op, var, [accum], np.asarray(lr), grad[:10], np.asarray(momentum))
+
+
 def test_adam_three_steps():
     lr, beta1, beta2, eps = 0.1, 0.8, 0.95, 1e-7
     g, s, train, _, feed = _least_squares(G.AdamOptimizer(lr, beta1, beta2, eps))

@@ -286,6 +286,16 @@ fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_colu
    (NaN, infinities, zeros, negative bases) as powf gives them. out may alias x or y exactly. */
 fq_status fq_f32_pow(const float *x, const float *y, size_t n, float *out);
 
+/* --- Optimizer updates (float32). ---
+   TF's ApplyMomentum on n elements: new_accum = accum * momentum + grad, then new_var =
+   var - new_accum * learning_rate, or with use_nesterov new_var = var - (grad * learning_rate +
+   new_accum * momentum * learning_rate); every operation rounded to float32 in that order (no
+   fused multiply-add), subnormals kept. The outputs may alias their own inputs exactly (new_var
+   == var, new_accum == accum). */
+fq_status fq_f32_momentum(const float *var, const float *accum, const float *grad, size_t n,
+                          float learning_rate, float momentum, int use_nesterov, float *new_var,
+                          float *new_accum);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,9 @@
 """Gradients (reverse mode over the current run) and the optimizers' apply ops."""
 import numpy as np
 
+from ... import _kernels
 from ..op_registry import register
+from ._infer import FLOAT32
 
 
 def _gradients_infer(inputs, attrs):
@@ -44,8 +46,19 @@ def _gradient_descent(op, var, slots, lr, grad):
 
 
 def _momentum(op, var, slots, lr, grad, momentum):
-    accum = slots[0] * momentum + grad
-    if op.attrs.get("use_nesterov", False):
+    nesterov = op.attrs.get("use_nesterov", False)
+    accum = slots[0]
+    if (var.dtype == accum.dtype == grad.dtype == FLOAT32 and var.shape == accum.shape == grad.shape
+            and lr.ndim == momentum.ndim == 0):
+        # One pass (fq_f32_momentum), the same float32 operations in the same order.
+        new_var, new_accum = np.empty(var.shape, FLOAT32), np.empty(var.shape, FLOAT32)
+        _kernels.momentum(np.ascontiguousarray(var).reshape(-1),
+                          np.ascontiguousarray(accum).reshape(-1),
+                          np.ascontiguousarray(grad).reshape(-1), lr, momentum, nesterov,
+                          new_var.reshape(-1), new_accum.reshape(-1))
+        return new_var, [new_accum]
+    accum = accum * momentum + grad
+    if nesterov:
         return var - (grad * lr + accum * momentum * lr), [accum]
     return var - accum * lr, [accum]
 
