@@ -52,5 +52,6 @@ def unbroadcast(grad, shape):
     extra = grad.ndim - len(shape)
     axes = tuple(range(extra)) + tuple(
         i + extra for i, n in enumerate(shape) if n == 1 and grad.shape[i + extra] != 1)
-    summed = grad.sum(axis=axes, keepdims=True, dtype=grad.dtype) if axes else grad
+    # np.add.reduce is what ndarray.sum runs, without its Python-level wrapper.
+    summed = np.add.reduce(grad, axis=axes, keepdims=True, dtype=grad.dtype) if axes else grad
     return summed.reshape(shape)
