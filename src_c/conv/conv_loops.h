@@ -302,10 +302,10 @@ CONV_INLINE void gather_pixel_sums(const conv_taps *ta, const conv_taps *tb, siz
    a block takes CONV_PIXELS of them (a stride of 2 or more splits a row into that many phases of a
    few pixels each, and the blocks were slower there than the runs below). With `sum`, each block
    is the sum of job's gradient and sum's second (job is then &sum->first). */
-CONV_INLINE void grad_input_blocks(const fq_conv_job *job, const fq_conv_sum_job *sum,
+CONV_INLINE void grad_input_blocks(const fq_conv_job *job, const fq_conv_sum_job *sum, size_t m,
                                    size_t first_row, size_t end_row) {
     const fq_conv_geometry *g = &job->g;
-    const size_t c = g->channels, m = job->multiplier, pixel = c * m;
+    const size_t c = g->channels, pixel = c * m;
     const fq_conv_walk *row_walks = job->walks, *col_walks = job->walks + g->height;
     for (size_t row = first_row; row < end_row; ++row) {
         const size_t n = row / g->height, h = row % g->height;
@@ -375,14 +375,16 @@ static void grad_input_runs(const fq_conv_job *job, size_t first_row, size_t end
 
 static void depthwise_grad_input(void *context, size_t first_row, size_t end_row) {
     const fq_conv_job *job = context;
-    if (job->g.stride_width == 1) grad_input_blocks(job, NULL, first_row, end_row);
-    else grad_input_runs(job, first_row, end_row);
+    if (job->g.stride_width != 1) grad_input_runs(job, first_row, end_row);
+    else if (job->multiplier == 1) grad_input_blocks(job, NULL, 1, first_row, end_row);
+    else grad_input_blocks(job, NULL, job->multiplier, first_row, end_row);
 }
 
 /* The sum of two input gradients, column stride 1 (conv_api.c sums those of larger strides). */
 static void depthwise_grad_input_sum(void *context, size_t first_row, size_t end_row) {
     const fq_conv_sum_job *sum = context;
-    grad_input_blocks(&sum->first, sum, first_row, end_row);
+    if (sum->first.multiplier == 1) grad_input_blocks(&sum->first, sum, 1, first_row, end_row);
+    else grad_input_blocks(&sum->first, sum, sum->first.multiplier, first_row, end_row);
 }
 
 /* --- Filter gradient: block b's partial dw[i, j, c], the sum over its output rows of
