@@ -301,7 +301,9 @@ CONV_INLINE void gather_pixel_sums(const conv_taps *ta, const conv_taps *tb, siz
 /* With a column stride of 1, consecutive input pixels meet a tap at consecutive output pixels, so
    a block takes CONV_PIXELS of them (a stride of 2 or more splits a row into that many phases of a
    few pixels each, and the blocks were slower there than the runs below). With `sum`, each block
-   is the sum of job's gradient and sum's second (job is then &sum->first). */
+   is the sum of job's gradient and sum's second (job is then &sum->first). m is the job's
+   multiplier, a literal 1 where it is 1: with it a runtime value GCC spilled the block loops'
+   strides to the stack, and the gradient took 2-4x the time of the forward. */
 CONV_INLINE void grad_input_blocks(const fq_conv_job *job, const fq_conv_sum_job *sum, size_t m,
                                    size_t first_row, size_t end_row) {
     const fq_conv_geometry *g = &job->g;
