@@ -1,7 +1,7 @@
 """Builds and runs the C test binaries of tests/c (fake quantization: test_kernels; batch norm:
 test_batch_norm; range observer: test_range; thread pool and CPU budget: test_threads; convolution helpers:
-test_conv; per-channel chains: test_channel; matrix product: test_matmul): natively, under ASan + UBSan, and for aarch64 (NEON)
-under qemu-user."""
+test_conv; per-channel chains: test_channel; matrix product: test_matmul; pow and the momentum
+update: test_elementwise): natively, under ASan + UBSan, and for aarch64 (NEON) under qemu-user."""
 import os
 import shutil
 import subprocess
@@ -17,7 +17,7 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # One binary per family; `make native` (aarch64, sanitized) builds all of them.
 BINARIES = ["test_kernels", "test_batch_norm", "test_range", "test_threads", "test_conv",
-            "test_channel", "test_matmul"]
+            "test_channel", "test_matmul", "test_elementwise"]
 
 
 def _missing(*tools):

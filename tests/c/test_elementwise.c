@@ -1,0 +1,116 @@
+/* C test harness, the element-wise kernels without SIMD files: fq_f32_pow (the C library's powf
+   per element under flush-to-zero and denormals-are-zero, the caller's state put back) and
+   fq_f32_momentum (TF's ApplyMomentum, each operation rounded in turn: the formula in plain float
+   arithmetic, this file being built with -ffp-contract=off as the library is); NaN, infinities,
+   subnormals, aliasing, statuses. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fqcore.h"
+#include "common/fpenv.h"
+#include "harness.h"
+
+static const float SPECIALS[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, 2.0f, INFINITY, -INFINITY, NAN,
+                                 1e-40f, -1e-40f, 3.4e38f, -8.0f};
+#define N_SPECIALS (sizeof SPECIALS / sizeof SPECIALS[0])
+
+/* powf as the kernel runs it: under the kernels' state, then the caller's back. */
+static float flushed_powf(float x, float y) {
+    const fq_fpenv saved = fq_fpenv_enter();
+    const float z = powf(x, y);
+    fq_fpenv_leave(saved);
+    return z;
+}
+
+static void test_pow(void) {
+    enum { N = 1000 };
+    float *x = xmalloc_aligned(N * sizeof(float)), *y = xmalloc_aligned(N * sizeof(float));
+    for (size_t k = 0; k < N; ++k) {
+        x[k] = k < N_SPECIALS * N_SPECIALS ? SPECIALS[k % N_SPECIALS] : unif(0.0f, 4.0f);
+        y[k] = k < N_SPECIALS * N_SPECIALS ? SPECIALS[k / N_SPECIALS] : unif(-12.0f, 12.0f);
+    }
+    float *out = guarded_output(N);
+    const fq_fpenv before = fq_fpenv_get();
+    expect(fq_f32_pow(x, y, N, out) == FQ_OK, "pow: status");
+    expect(fq_fpenv_get() == before, "pow: the caller's floating-point state is put back");
+    expect(output_intact(out, N), "pow: wrote outside its output");
+    size_t bad = N;
+    for (size_t k = 0; k < N && bad == N; ++k)
+        if (!same(out[k], flushed_powf(x[k], y[k]))) bad = k;
+    expect(bad == N, "pow: element %zu, %g ** %g", bad, bad < N ? x[bad] : 0.0, bad < N ? y[bad] : 0.0);
+    /* The kernels' state flushes: a subnormal base reads as zero, a subnormal result is zero. */
+    const float tiny[] = {1e-40f, 3.4e38f}, exponent[] = {1.0f, -1.0f};
+    float got[2];
+    expect(fq_f32_pow(tiny, exponent, 2, got) == FQ_OK && got[0] == 0.0f && got[1] == 0.0f,
+           "pow: subnormals flushed (%g, %g)", got[0], got[1]);
+    /* out may be x. */
+    float same_array[3] = {2.0f, 3.0f, 0.5f};
+    const float twos[3] = {2.0f, 2.0f, 2.0f};
+    expect(fq_f32_pow(same_array, twos, 3, same_array) == FQ_OK && same_array[0] == 4.0f &&
+               same_array[1] == 9.0f && same_array[2] == 0.25f, "pow: in place");
+    free_output(out);
+    free(x);
+    free(y);
+}
+
+static void momentum_case(size_t n, int nesterov, int in_place) {
+    float *var = xmalloc_aligned(n * sizeof(float) + 1), *accum = xmalloc_aligned(n * sizeof(float) + 1);
+    float *grad = xmalloc_aligned(n * sizeof(float) + 1);
+    float *expect_var = xmalloc_aligned(n * sizeof(float) + 1), *expect_accum = xmalloc_aligned(n * sizeof(float) + 1);
+    const float lr = 0.0123f, momentum = 0.9f;
+    for (size_t k = 0; k < n; ++k) {
+        var[k] = k < N_SPECIALS ? SPECIALS[k] : unif(-3.0f, 3.0f);
+        accum[k] = k >= N_SPECIALS && k < 2 * N_SPECIALS ? SPECIALS[k - N_SPECIALS] : unif(-1.0f, 1.0f);
+        grad[k] = k >= 2 * N_SPECIALS && k < 3 * N_SPECIALS ? SPECIALS[k - 2 * N_SPECIALS] : unif(-1.0f, 1.0f);
+        const float a = accum[k] * momentum + grad[k];
+        expect_accum[k] = a;
+        expect_var[k] = nesterov ? var[k] - (grad[k] * lr + a * momentum * lr) : var[k] - a * lr;
+    }
+    float *new_var = in_place ? var : guarded_output(n);
+    float *new_accum = in_place ? accum : guarded_output(n);
+    expect(fq_f32_momentum(var, accum, grad, n, lr, momentum, nesterov, new_var, new_accum) == FQ_OK,
+           "momentum: status");
+    size_t bad = n;
+    for (size_t k = 0; k < n && bad == n; ++k)
+        if (!same(new_var[k], expect_var[k]) || !same(new_accum[k], expect_accum[k])) bad = k;
+    expect(bad == n, "momentum n=%zu nesterov=%d in place=%d: element %zu", n, nesterov, in_place, bad);
+    if (!in_place) {
+        expect(output_intact(new_var, n) && output_intact(new_accum, n), "momentum: wrote outside");
+        free_output(new_var);
+        free_output(new_accum);
+    }
+    free(var);
+    free(accum);
+    free(grad);
+    free(expect_var);
+    free(expect_accum);
+}
+
+static void test_momentum(void) {
+    const size_t sizes[] = {0, 1, 7, 16, 17, 64, 1000};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; ++s)
+        for (int nesterov = 0; nesterov < 2; ++nesterov)
+            for (int in_place = 0; in_place < 2; ++in_place) momentum_case(sizes[s], nesterov, in_place);
+}
+
+static void test_statuses(void) {
+    float one = 1.0f;
+    expect(fq_f32_pow(NULL, &one, 1, &one) == FQ_ERR_NULL_POINTER, "pow: NULL x");
+    expect(fq_f32_pow(NULL, NULL, 0, NULL) == FQ_OK, "pow: nothing to do");
+    expect(fq_f32_momentum(&one, NULL, &one, 1, 0.1f, 0.9f, 0, &one, &one) == FQ_ERR_NULL_POINTER,
+           "momentum: NULL accum");
+    expect(fq_f32_momentum(NULL, NULL, NULL, 0, 0.1f, 0.9f, 0, NULL, NULL) == FQ_OK,
+           "momentum: nothing to do");
+}
+
+int main(void) {
+    static const harness_section sections[] = {
+        {"statuses", test_statuses},
+        {"pow: specials, random pairs, flushing, in place", test_pow},
+        {"momentum: sizes, Nesterov, in place, specials", test_momentum},
+    };
+    return harness_main("C kernel harness (element-wise: pow, momentum)", sections,
+                        sizeof sections / sizeof sections[0]);
+}
