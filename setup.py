@@ -57,6 +57,7 @@ COMMON_SOURCES = [
     "matmul/matmul_api.c",
     "matmul/matmul_scalar.c",
     "elementwise/pow.c",
+    "elementwise/vector_program.c",
     "optimizer/momentum.c",
 ]
 ISA_SOURCES = {

@@ -15,6 +15,7 @@ cdef extern from "fqcore.h" nogil:
         FQ_ERR_BAD_DTYPE
         FQ_ERR_BAD_LAYOUT
         FQ_ERR_NO_THREADS
+        FQ_ERR_BAD_PROGRAM
 
     ctypedef enum fq_isa:
         FQ_ISA_SCALAR
@@ -144,3 +145,7 @@ cdef extern from "fqcore.h" nogil:
     fq_status fq_f32_momentum(const float *var, const float *accum, const float *grad, size_t n,
                               float learning_rate, float momentum, int use_nesterov,
                               float *new_var, float *new_accum)
+    fq_status fq_f32_vector_program(const int *code, size_t instructions,
+                                    const float *const *sources, const unsigned char *broadcast,
+                                    size_t num_sources, float *registers, size_t num_registers,
+                                    size_t n)

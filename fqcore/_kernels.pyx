@@ -2,6 +2,7 @@
 # Batch norm and range arguments arrive validated and C-contiguous from their Python modules; the
 # fake-quant bindings check their arguments' form themselves (see below).
 cimport numpy as cnp
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 cnp.import_array()
 
@@ -637,17 +638,75 @@ def pow(const float[::1] x, const float[::1] y, float[::1] out):
     _check(rc)
 
 
-def momentum(const float[::1] var, const float[::1] accum, const float[::1] grad,
-             float learning_rate, float momentum, bint use_nesterov, float[::1] new_var,
-             float[::1] new_accum):
-    """TF's ApplyMomentum into new_var and new_accum (fq_f32_momentum)."""
+cdef Py_ssize_t _float32_size(object array, str name) except -1:
+    """The element count of a C-contiguous float32 ndarray (any shape); ValueError otherwise."""
+    if (not isinstance(array, cnp.ndarray) or cnp.PyArray_TYPE(<cnp.ndarray>array) != cnp.NPY_FLOAT32
+            or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>array)):
+        raise ValueError(f"{name} must be a C-contiguous float32 array, got "
+                         f"{type(array).__name__} of {getattr(array, 'dtype', None)}")
+    return cnp.PyArray_SIZE(<cnp.ndarray>array)
+
+
+cdef const float *_float32_data(object array, str name, Py_ssize_t size) except? NULL:
+    """The data of a C-contiguous float32 ndarray of `size` elements (any shape); NULL if empty."""
+    if _float32_size(array, name) != size:
+        raise ValueError(f"{name} must have {size} elements (var's), got "
+                         f"{cnp.PyArray_SIZE(<cnp.ndarray>array)}")
+    return <const float *>cnp.PyArray_DATA(<cnp.ndarray>array) if size > 0 else NULL
+
+
+def momentum(var, accum, grad, float learning_rate, float momentum, bint use_nesterov, new_var,
+             new_accum):
+    """TF's ApplyMomentum into new_var and new_accum (fq_f32_momentum): C-contiguous float32
+    arrays of var's element count, of any shape (new_var and new_accum are written)."""
     cdef fq_status rc
-    cdef Py_ssize_t n = var.shape[0]
-    if accum.shape[0] != n or grad.shape[0] != n or new_var.shape[0] != n or new_accum.shape[0] != n:
-        raise ValueError(f"var, accum, grad, new_var and new_accum must have the same length, got "
-                         f"{n}, {accum.shape[0]}, {grad.shape[0]}, {new_var.shape[0]} and "
-                         f"{new_accum.shape[0]}")
+    cdef Py_ssize_t n = _float32_size(var, "var")
+    cdef const float *v = _float32_data(var, "var", n)
+    cdef const float *a = _float32_data(accum, "accum", n)
+    cdef const float *g = _float32_data(grad, "grad", n)
+    cdef float *out_var = <float *>_float32_data(new_var, "new_var", n)
+    cdef float *out_accum = <float *>_float32_data(new_accum, "new_accum", n)
+    if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>new_var) or not cnp.PyArray_ISWRITEABLE(
+            <cnp.ndarray>new_accum):
+        raise ValueError("new_var and new_accum must be writeable")
     with nogil:
-        rc = fq_f32_momentum(_cptr(var), _cptr(accum), _cptr(grad), n, learning_rate, momentum,
-                             use_nesterov, _ptr(new_var), _ptr(new_accum))
+        rc = fq_f32_momentum(v, a, g, n, learning_rate, momentum, use_nesterov, out_var, out_accum)
+    _check(rc)
+
+
+def vector_program(const int[:, ::1] code, const float[:, ::1] kept, tuple sources,
+                   float[:, ::1] registers):
+    """Runs a straight-line program over float32 vectors (fq_f32_vector_program) whose registers
+    are the rows of `registers` [R, n]. Its sources, in row order: the rows of `kept` [K, n],
+    then each of `sources`, a float32 array of n elements or of one (read as broadcast)."""
+    cdef Py_ssize_t n = registers.shape[1], count = kept.shape[0] + len(sources), k, size
+    cdef fq_status rc
+    if code.shape[1] != 4:
+        raise ValueError(f"code must be [instructions, 4], got [{code.shape[0]}, {code.shape[1]}]")
+    if kept.shape[0] > 0 and kept.shape[1] != n:
+        raise ValueError(f"kept must have rows of {n} elements (the registers'), got {kept.shape[1]}")
+    cdef const float **rows = <const float **>PyMem_Malloc(max(count, 1) * sizeof(float *))
+    cdef unsigned char *broadcast = <unsigned char *>PyMem_Malloc(max(count, 1))
+    if rows == NULL or broadcast == NULL:
+        PyMem_Free(rows)
+        PyMem_Free(broadcast)
+        raise MemoryError("no memory for a vector program's rows")
+    try:
+        for k in range(kept.shape[0]):
+            rows[k] = &kept[k, 0] if n > 0 else NULL
+            broadcast[k] = 0
+        for k, source in enumerate(sources, kept.shape[0]):
+            size = _float32_size(source, f"source {k - kept.shape[0]}")
+            if size != n and size != 1:
+                raise ValueError(f"source {k - kept.shape[0]} must have {n} elements or 1, got {size}")
+            rows[k] = <const float *>cnp.PyArray_DATA(<cnp.ndarray>source)
+            broadcast[k] = size == 1
+        with nogil:
+            rc = fq_f32_vector_program(&code[0, 0] if code.shape[0] > 0 else NULL, code.shape[0],
+                                       rows, broadcast, count,
+                                       &registers[0, 0] if registers.shape[0] * n > 0 else NULL,
+                                       registers.shape[0], n)
+    finally:
+        PyMem_Free(rows)
+        PyMem_Free(broadcast)
     _check(rc)

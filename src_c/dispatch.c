@@ -139,6 +139,7 @@ const char *fq_status_string(fq_status status) {
     case FQ_ERR_BAD_ISA: return "unknown ISA name (expected scalar, avx2, avx512 or neon)";
     case FQ_ERR_BAD_THREADS: return "the number of threads must be an integer from 1 to 1024, or auto";
     case FQ_ERR_NO_THREADS: return "the system refused to start that many threads";
+    case FQ_ERR_BAD_PROGRAM: return "a vector program names an unknown opcode or a row it may not use";
     case FQ_ERR_BAD_SHAPE: return "the element count is not a multiple of the channel count";
     case FQ_ERR_BAD_DTYPE: return "unknown element type (expected float32, float16 or bfloat16)";
     case FQ_ERR_BAD_LAYOUT: return "unknown data layout (expected channels-last or channels-first)";

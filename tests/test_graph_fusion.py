@@ -581,3 +581,105 @@ def test_debiased_moving_average_without_state_updates_and_with_a_fetched_step(m
     assert _bits(fetched[0]) == _bits(plain_fetched[0])
     for name in plain:
         np.testing.assert_array_equal(_bits(values[name]), _bits(plain[name]), err_msg=name)
+
+
+def test_the_folds_per_channel_arithmetic_is_one_program_each_way(monkeypatch):
+    """Each folded layer of the demo: the factors, the correction and the bias (the Bessel undo,
+    the adds of epsilon, the Rsqrts, the products, the division, the reciprocal, the reshapes of
+    a depthwise layer) run as one vector program forward and one for the gradient. Four training
+    steps leave every variable with the bits of the plan that runs those ops one by one."""
+    fused, fused_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
+    programs = [u for u in units if isinstance(u, fusion.VectorProgram)]
+    assert sorted(u.ops[-1].name.split("/")[0] for u in programs) == [
+        "block1", "block1", "conv1", "conv2"]
+    kinds = {op.type for u in programs for op in u.ops}
+    assert kinds == {"Mul", "AddV2", "Rsqrt", "Sub", "RealDiv", "Identity", "Reciprocal",
+                     "Reshape"}
+    # The weights' products ([C] times a filter) and the moving averages are not theirs.
+    assert all(len(op.outputs[0].shape) <= 2 for u in programs for op in u.ops)
+    assert all(len(u.gradients) == 1 and next(iter(u.gradients.values())).possible
+               for u in programs)
+    monkeypatch.setattr(fusion, "_vector_program", lambda op, rules: None)
+    plain, plain_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
+    assert not any(isinstance(u, fusion.VectorProgram) for u in units)
+    assert [_bits(v) for v in fused_losses] == [_bits(v) for v in plain_losses]
+    for name in plain:
+        np.testing.assert_array_equal(_bits(fused[name]), _bits(plain[name]), err_msg=name)
+
+
+def _vector_graph(with_scalar_gradient):
+    """Every op a vector program runs, on [6] vectors a and b and a scalar c, read by ops on a
+    [None, 6] batch; the gradients of the loss with respect to a and b (and c)."""
+    g = G.Graph()
+    with g.as_default():
+        a = G.placeholder("float32", [6], name="a")
+        b = G.placeholder("float32", [6], name="b")
+        c = G.placeholder("float32", [], name="c")
+        batch = G.placeholder("float32", [None, 6], name="batch")
+
+        def op(kind, *inputs):
+            return g.create_op(kind, list(inputs), name=kind.lower()).outputs[0]
+        s = op("Rsqrt", G.add(op("Square", a), G.constant(np.float32(1e-3))))
+        r = op("Reciprocal", G.subtract(b, s))
+        q = G.identity(G.divide(op("Neg", G.multiply(a, c)), r))
+        column = G.reshape(G.multiply(q, s), [6, 1])
+        out = G.reshape(G.add(column, column), [6])
+        loss = G.add(G.reduce_sum(G.multiply(batch, out)), G.reduce_sum(G.multiply(batch, s)))
+        xs = [a, b, c] if with_scalar_gradient else [a, b]
+        grads = _gradients(g, loss, xs)
+    rng = np.random.default_rng(6)
+    feeds = {a: rng.standard_normal(12).astype(np.float32)[::2],  # not contiguous
+             b: np.array([0.5, np.inf, -0.0, 1e-40, 2.0, -3.0], np.float32),
+             c: np.float32(1.7), batch: rng.standard_normal((5, 6)).astype(np.float32)}
+    return g, [s, out, loss] + grads, feeds
+
+
+@pytest.mark.parametrize("with_scalar_gradient", [False, True])
+def test_a_vector_program_equals_the_ops_on_every_opcode(monkeypatch, with_scalar_gradient):
+    """Add, Sub, Mul by a vector and by a scalar, RealDiv, Neg, Reciprocal, Rsqrt, Square,
+    Identity and Reshape to a column and back, with an infinity, a negative zero and a subnormal
+    among the values: one program with the ops' bits, forward and gradient. A scalar whose
+    gradient is asked for (a sum over the vector) takes the ops' own gradient functions."""
+    from fqcore import _kernels
+    g, fetches, feeds = _vector_graph(with_scalar_gradient)
+    calls = []
+    real = _kernels.vector_program
+    monkeypatch.setattr(_kernels, "vector_program", lambda *a: calls.append(a) or real(*a))
+    session = G.Session(g)
+    with np.errstate(all="ignore"):
+        fused = session.run(fetches, feeds)
+    plan = max(session._plans.values(), key=lambda p: len(p.steps))
+    programs = [u for u in plan.units if isinstance(u, fusion.VectorProgram)]
+    assert len(programs) == 1 and len(programs[0].ops) == 13
+    # The forward and the gradient, each refused for the strided a, then on a copy; no gradient
+    # program where c takes a gradient.
+    assert len(calls) == (2 if with_scalar_gradient else 4)
+    monkeypatch.setattr(fusion, "_vector_program", lambda op, rules: None)
+    with np.errstate(all="ignore"):
+        plain = G.Session(g).run(fetches, feeds)
+    for got, want in zip(fused, plain):
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert np.isinf(fused[0]).sum() == 0 and np.isnan(fused[3]).any()
+
+
+def test_vector_programs_refuse_bad_operands():
+    """The binding names what is wrong; a refused program writes nothing."""
+    from fqcore import _kernels
+    from fqcore.graph.vector_program import NEGATE
+    code = np.array([[NEGATE, 1, 0, 0]], np.int32)
+    none = np.empty((0, 3), np.float32)
+    registers = np.full((1, 3), 7.0, np.float32)
+    with pytest.raises(ValueError, match="source 0 must have 3 elements or 1, got 2"):
+        _kernels.vector_program(code, none, (np.ones(2, np.float32),), registers)
+    with pytest.raises(ValueError, match="source 0 must be a C-contiguous float32 array"):
+        _kernels.vector_program(code, none, (np.ones(3),), registers)
+    with pytest.raises(ValueError, match="unknown opcode or a row it may not use"):
+        _kernels.vector_program(np.array([[1, 0, 0, 0]], np.int32), none,
+                                (np.ones(3, np.float32),), registers)
+    with pytest.raises(ValueError, match=r"code must be \[instructions, 4\]"):
+        _kernels.vector_program(np.zeros((1, 3), np.int32), none, (np.ones(3, np.float32),),
+                                registers)
+    assert (registers == 7.0).all()
+    _kernels.vector_program(code, none, (np.arange(3, dtype=np.float32),), registers)
+    np.testing.assert_array_equal(registers, [[-0.0, -1.0, -2.0]])
+

@@ -38,13 +38,20 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   variance: Sub, Mul by a scalar, AssignSub) as one step, the same numpy operations.
 - ShapeFunction: ops that compute from a tensor's shape and the plan's constants alone (a batch
   norm's Bessel factor n / (n - 1) from its input's Size), run op by op once per shape of that
-  tensor and then reused."""
+  tensor and then reused.
+- VectorProgram: a connected set of element-wise ops (add, subtract, multiply, divide, negate,
+  reciprocal, rsqrt, square, identity, reshape by a constant) on float32 tensors of one element
+  count and fixed shapes, scalars aside (a fold's per-channel factors, correction and bias): one
+  call of fq_f32_vector_program forward and one for the gradient (vector_program.py), the same
+  bits, but where an input's gradient sums three or more terms (the unit adds its own before the
+  plan adds the others'). A scalar input that takes a gradient (a sum over the vector) sends the
+  gradient through the ops' own functions."""
 from collections import namedtuple
 
 import numpy as np
 
 from .. import _kernels
-from . import conv_statistics, nn_numpy
+from . import conv_statistics, nn_numpy, vector_program
 from .op_defs._infer import constant_value
 from .op_defs.math import float32_range, power, range_layout
 from .op_defs.nn import FOLDED_GRADIENT, batch_norm_forward, conv_args
@@ -54,9 +61,10 @@ from .op_registry import gradient_function, op_def
 # needs (else None); unread(tensor), nothing reads it (no op, fetch or feed); readers(tensor), the
 # ops of the plan that read it, in plan order; pinned(tensor), it is fetched or fed (read outside
 # the plan); fusable(op), the op may join a unit (it cannot die on a dead branch, no control edge
-# touches it); constant(tensor), it is the same in every run (the plan folds it).
+# touches it); constant(tensor), it is the same in every run (the plan folds it); position(op),
+# the op's place in the plan's order (-1 for an op the plan does not run: its outputs are fed).
 PlanRules = namedtuple("PlanRules", ["sole_consumer", "unread", "readers", "pinned", "fusable",
-                                     "constant"])
+                                     "constant", "position"])
 
 FLOAT32 = np.dtype(np.float32)
 _ADDS = ("AddV2", "Add")
@@ -414,7 +422,8 @@ def fuse(order, rules):
                 or _columns_conv(op, rules, owners) or _paired_depthwise(op, rules, owners)
                 or _statistics_only(op, rules) or _range_pair(op, rules, taken)
                 or _clipped_fake_quant(op, rules, unit_of) or _debiased_average(op, rules)
-                or _moving_average(op, rules) or _shape_function(op, rules))
+                or _moving_average(op, rules) or _shape_function(op, rules)
+                or _vector_program(op, rules))
         earlier = [member for member in unit.ops if member in alone] if unit is not None else []
         if unit is None or (earlier and not unit.gathers_earlier_ops):
             units.append(op)
@@ -425,8 +434,21 @@ def fuse(order, rules):
         taken.update(unit.ops)
         unit_of.update((member, unit) for member in unit.ops)
         units.append(unit)
-    position = {op: i for i, op in enumerate(order)}
-    return sorted(units, key=lambda u: position[u.runs_at] if isinstance(u, Unit) else position[u])
+    return _in_data_order(units, rules)
+
+
+def _in_data_order(units, rules):
+    """`units` sorted by where each runs, with any VectorProgram that would read a value made
+    after its place (an input whose maker joined a unit that runs later) back to its ops."""
+    while True:
+        units.sort(key=lambda u: rules.position(u.runs_at if isinstance(u, Unit) else u))
+        made_at = {t: k for k, u in enumerate(units) for t in u.outputs}
+        late = next((u for k, u in enumerate(units) if isinstance(u, VectorProgram)
+                     and any(made_at.get(t, -1) > k for t in u.inputs)), None)
+        if late is None:
+            return units
+        units.remove(late)
+        units.extend(late.ops)
 
 
 class RangePair(Unit):
@@ -911,3 +933,186 @@ def _shape_function(op, rules):
         return None
     constants = list(dict.fromkeys(i for m in members for i in m.inputs if i not in made))
     return ShapeFunction(members, op.inputs[0], constants)
+
+
+class VectorProgram(Unit):
+    """Element-wise ops on float32 vectors as one C call each way (see the module docstring):
+    `ops` in plan order; runs at `runs_at`, the first of them after every input is made. Its
+    outputs: the tensors other ops read or the run fetches (`exits`), then a Hidden holding the
+    program's registers for the gradient."""
+
+    type = "VectorProgram"
+    # The set is found at the first of its ops that fusion visits: an earlier one may have been
+    # visited alone (refused by a rule of its own), and joins the unit.
+    gathers_earlier_ops = True
+
+    def __init__(self, ops, inputs, exits, runs_at):
+        self.ops = ops
+        self.name = f"{ops[0].name} .. {ops[-1].name}"
+        self.inputs = inputs
+        self.exits = exits
+        self.outputs = exits + [Hidden(f"{self.name}/registers")]
+        self._runs_at = runs_at
+        self.program = vector_program.Forward(ops, inputs)
+        self.length = vector_program.elements(exits[0])
+        self.no_rows = np.empty((0, self.length), FLOAT32)
+        self.scalars = [k for k, t in enumerate(inputs) if len(t.shape) == 0]
+        self.gradients = {}  # (needed, which exits have a gradient) -> vector_program.Gradient
+
+    @property
+    def runs_at(self):
+        return self._runs_at
+
+    def _value(self, row, shape, sources, registers):
+        """A tensor's value from its row (a source's, or a register's) in its own shape."""
+        if row < len(sources):
+            return np.reshape(sources[row], shape)
+        return registers[row - len(sources)].reshape(shape)
+
+    def forward(self, op, inputs, ctx):
+        sources = list(inputs)
+        for k in self.scalars:  # a 0-d value may come as a numpy scalar
+            sources[k] = np.asarray(sources[k])
+        program = self.program
+        registers = np.empty((program.registers, self.length), FLOAT32)
+        sources = _run_program(program.code, self.no_rows, sources, registers)
+        if sources is None:
+            raise ValueError(f"{self.name}: the inputs must be float32, got "
+                             f"{[np.asarray(v).dtype.name for v in inputs]}")
+        values = [self._value(program.row[t], t.shape, sources, registers) for t in self.exits]
+        return tuple(values) + (registers,)
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        exit_grads = grads[:len(self.exits)]
+        given = tuple(g is not None for g in exit_grads)
+        program = self.gradients.get((needed, given))
+        if program is None:
+            program = self.gradients[needed, given] = vector_program.Gradient(
+                self.program, self.ops, self.inputs, [t for t, g in zip(self.exits, given) if g],
+                needed, self.length)
+        incoming = [g for g in exit_grads if g is not None]
+        if program.possible:
+            sources = [np.asarray(v) if k in self.scalars else v for k, v in enumerate(inputs)]
+            registers = np.empty((program.registers, self.length), FLOAT32)
+            sources = _run_program(program.code, outputs[-1],
+                                   sources + list(vector_program.CONSTANTS) + incoming, registers)
+            if sources is not None:  # else a gradient that is not float32: numpy's types decide
+                result = [None] * len(inputs)
+                for k, row in program.returned:
+                    shape = self.inputs[k].shape
+                    result[k] = (registers[row - program.first_register].reshape(shape)
+                                 if row >= program.first_register
+                                 else np.reshape(sources[row - len(outputs[-1])], shape))
+                return result
+        return self._op_by_op_gradient(inputs, outputs[-1], exit_grads, needed)
+
+    def _op_by_op_gradient(self, inputs, registers, exit_grads, needed):
+        """The ops' own gradient functions in reverse order, summed as reverse mode sums."""
+        sources = list(inputs)
+        values = dict(zip(self.inputs, inputs))
+        for member in self.ops:
+            t = member.outputs[0]
+            values[t] = self._value(self.program.row[t], t.shape, sources, registers)
+        useful = {t for t, need in zip(self.inputs, needed) if need}
+        for member in self.ops:
+            if any(t in useful for t in vector_program.data_inputs(member)):
+                useful.add(member.outputs[0])
+        local = {t: g for t, g in zip(self.exits, exit_grads) if g is not None}
+        for member in reversed(self.ops):
+            incoming = local.get(member.outputs[0])
+            if incoming is None:
+                continue
+            parts = gradient_function(member)(member, [values.get(t) for t in member.inputs],
+                                              [values[member.outputs[0]]], [incoming])
+            for t, part in zip(member.inputs, parts):
+                if part is not None and t in useful:
+                    earlier = local.get(t)
+                    local[t] = part if earlier is None else earlier + part
+        return [local.get(t) if need else None for t, need in zip(self.inputs, needed)]
+
+
+def _run_program(code, kept, sources, registers):
+    """Runs a vector program on `sources` (a list), or on C-contiguous copies of them where the
+    binding refuses one that is not; the sources it ran on, or None where one is not float32."""
+    try:
+        _kernels.vector_program(code, kept, tuple(sources), registers)
+        return sources
+    except ValueError:
+        sources = [np.ascontiguousarray(v) for v in sources]
+        if any(v.dtype != FLOAT32 for v in sources):
+            return None
+        _kernels.vector_program(code, kept, tuple(sources), registers)
+        return sources
+
+
+def _fixed32(tensor):
+    """A float32 tensor of a fully known shape."""
+    shape = tensor.shape
+    return tensor.dtype == FLOAT32 and shape is not None and None not in shape
+
+
+def _vector_op(op, length, rules):
+    """An op a VectorProgram of vectors of `length` elements (None: any) can run: element-wise
+    on fixed-shape float32 operands of one shape (or a scalar and a vector), making a vector;
+    not a variable's read, not what the plan folds, not what a MovingAverage or a
+    FusedChannelChain would take."""
+    if (op.type not in vector_program.FORWARD and op.type not in vector_program.PASSING
+            or rules.position(op) < 0 or not rules.fusable(op) or len(op.outputs) != 1
+            or rules.constant(op.outputs[0])):
+        return False
+    if op.type == "Identity" and op.inputs[0].op.type == "VariableV2":
+        return False  # a variable's read: the run makes it before any step
+    if op.type == "Reshape" and constant_value(op.inputs[1]) is None:
+        return False
+    data, out = vector_program.data_inputs(op), op.outputs[0]
+    if not all(map(_fixed32, list(data) + [out])) or len(out.shape) == 0:
+        return False
+    size = vector_program.elements(out)
+    if (length is not None and size != length) or (
+            op.type not in vector_program.PASSING
+            and not all(tuple(t.shape) in ((), tuple(out.shape)) for t in data)):
+        return False
+    if op.type == "Reshape" and vector_program.elements(data[0]) != size:
+        return False
+    return not _in_moving_average(op, rules) and _chain_from(op, rules) is None
+
+
+def _in_moving_average(op, rules):
+    """Whether `op` is the Sub or the Mul of a MovingAverage (which that unit takes)."""
+    if op.type == "Sub":
+        return _moving_average(op, rules) is not None
+    return op.type == "Mul" and any(
+        t.op.type == "Sub" and rules.sole_consumer(t) is op and _moving_average(t.op, rules)
+        for t in op.inputs)
+
+
+def _vector_program(op, rules):
+    """The VectorProgram of the connected element-wise ops around `op` (two or more), when one
+    place in the plan has every input made and every reader outside still to run."""
+    if not _vector_op(op, None, rules):
+        return None
+    length = vector_program.elements(op.outputs[0])
+    members, stack = {op}, [op]
+    while stack:  # the ops joined to it through the tensors they pass each other
+        current = stack.pop()
+        neighbours = [t.op for t in vector_program.data_inputs(current)] + [
+            r for t in current.outputs for r in rules.readers(t)]
+        for other in neighbours:
+            if other not in members and _vector_op(other, length, rules):
+                members.add(other)
+                stack.append(other)
+    if len(members) < 2:
+        return None
+    ops = sorted(members, key=rules.position)
+    made = {m.outputs[0] for m in ops}
+    inputs = list(dict.fromkeys(t for m in ops for t in vector_program.data_inputs(m)
+                                if t not in made))
+    exits = [t for t in made if rules.pinned(t) or any(r not in members for r in rules.readers(t))]
+    exits.sort(key=lambda t: rules.position(t.op))
+    ready = max((rules.position(t.op) for t in inputs), default=-1)
+    runs_at = next((m for m in ops if rules.position(m) > ready), None)
+    if not exits or runs_at is None or any(
+            rules.position(r) <= rules.position(runs_at)
+            for t in exits for r in rules.readers(t) if r not in members):
+        return None
+    return VectorProgram(ops, inputs, exits, runs_at)

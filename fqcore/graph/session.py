@@ -411,7 +411,11 @@ def _rules(order, elements, feeds, fusable, foldable):
 
     def constant(tensor):
         return tensor.op in foldable
-    return fusion.PlanRules(sole_consumer, unread, readers_of, is_pinned, fusable, constant)
+    place = {op: i for i, op in enumerate(order)}
+    def position(op):
+        return place.get(op, -1)
+    return fusion.PlanRules(sole_consumer, unread, readers_of, is_pinned, fusable, constant,
+                            position)
 
 
 class _Run:

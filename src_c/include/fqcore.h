@@ -23,7 +23,9 @@ typedef enum {
                                    a shape whose element count overflows size_t */
     FQ_ERR_BAD_DTYPE = 9,       /* not a known fq_dtype value */
     FQ_ERR_BAD_LAYOUT = 10,     /* not a known fq_bn_layout value */
-    FQ_ERR_NO_THREADS = 11      /* the system refused to start the threads asked for */
+    FQ_ERR_NO_THREADS = 11,     /* the system refused to start the threads asked for */
+    FQ_ERR_BAD_PROGRAM = 12     /* fq_f32_vector_program: an unknown opcode, or an operand or
+                                   destination outside the rows it may read or write */
 } fq_status;
 
 /* A static English description of a status code. */
@@ -295,6 +297,37 @@ fq_status fq_f32_pow(const float *x, const float *y, size_t n, float *out);
 fq_status fq_f32_momentum(const float *var, const float *accum, const float *grad, size_t n,
                           float learning_rate, float momentum, int use_nesterov, float *new_var,
                           float *new_accum);
+
+/* --- Straight-line programs over float32 vectors. ---
+   The per-channel arithmetic around a folded batch norm (factors, corrections, their gradients)
+   is a dozen element-wise operations on vectors of a few dozen elements each: as numpy calls
+   their overhead is the cost. A program runs them in one call, each operation rounded to float32
+   as numpy rounds it (no fused multiply-add, subnormals kept, the caller's floating-point
+   environment), so the bits are the numpy operations'.
+   Rows 0 .. num_sources - 1 are the read-only sources: sources[k] holds n elements, or one element
+   that every position reads when broadcast[k] is not zero. Rows num_sources .. num_sources +
+   num_registers - 1 are the registers, registers + r * n for register r; only they are written.
+   Each instruction is four int32: opcode, destination row, operand rows a and b (b is ignored by
+   the one-operand opcodes). A destination may be one of its own operands (element-wise). Errors:
+   an unknown opcode, an operand row outside the rows, a destination that is not a register:
+   FQ_ERR_BAD_PROGRAM, before anything is written; a NULL pointer where rows have elements:
+   FQ_ERR_NULL_POINTER. */
+typedef enum {
+    FQ_VP_COPY = 0,       /* a */
+    FQ_VP_NEGATE = 1,     /* -a */
+    FQ_VP_RECIPROCAL = 2, /* 1 / a */
+    FQ_VP_RSQRT = 3,      /* 1 / sqrt(a) */
+    FQ_VP_SQUARE = 4,     /* a * a */
+    FQ_VP_ADD = 5,        /* a + b */
+    FQ_VP_SUBTRACT = 6,   /* a - b */
+    FQ_VP_MULTIPLY = 7,   /* a * b */
+    FQ_VP_DIVIDE = 8,     /* a / b */
+    FQ_VP_OPCODES = 9
+} fq_vp_opcode;
+
+fq_status fq_f32_vector_program(const int *code, size_t instructions, const float *const *sources,
+                                const unsigned char *broadcast, size_t num_sources,
+                                float *registers, size_t num_registers, size_t n);
 
 #ifdef __cplusplus
 }

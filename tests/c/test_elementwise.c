@@ -1,8 +1,10 @@
 /* C test harness, the element-wise kernels without SIMD files: fq_f32_pow (the C library's powf
-   per element under flush-to-zero and denormals-are-zero, the caller's state put back) and
+   per element under flush-to-zero and denormals-are-zero, the caller's state put back),
    fq_f32_momentum (TF's ApplyMomentum, each operation rounded in turn: the formula in plain float
-   arithmetic, this file being built with -ffp-contract=off as the library is); NaN, infinities,
-   subnormals, aliasing, statuses. */
+   arithmetic, this file being built with -ffp-contract=off as the library is) and
+   fq_f32_vector_program (each opcode against its float expression, broadcast sources, a
+   destination that is an operand, programs it refuses); NaN, infinities, subnormals, aliasing,
+   statuses. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -105,12 +107,118 @@ static void test_statuses(void) {
            "momentum: nothing to do");
 }
 
+/* What an opcode computes, in plain float arithmetic. */
+static float vp_expected(int opcode, float a, float b) {
+    switch (opcode) {
+    case FQ_VP_COPY: return a;
+    case FQ_VP_NEGATE: return -a;
+    case FQ_VP_RECIPROCAL: return 1.0f / a;
+    case FQ_VP_RSQRT: return 1.0f / sqrtf(a);
+    case FQ_VP_SQUARE: return a * a;
+    case FQ_VP_ADD: return a + b;
+    case FQ_VP_SUBTRACT: return a - b;
+    case FQ_VP_MULTIPLY: return a * b;
+    default: return a / b;
+    }
+}
+
+/* Each opcode on two vectors with specials, and with either operand a broadcast scalar. */
+static void test_vector_program_opcodes(void) {
+    enum { N = 37 };
+    float x[N], y[N];
+    for (size_t i = 0; i < N; ++i) {
+        x[i] = i < N_SPECIALS ? SPECIALS[i] : unif(-5.0f, 5.0f);
+        y[i] = i + N_SPECIALS < N ? SPECIALS[(i * 7) % N_SPECIALS] : unif(-5.0f, 5.0f);
+    }
+    const float scalar = 0.37f;
+    const float *sources[] = {x, y, &scalar};
+    const unsigned char broadcast[] = {0, 0, 1};
+    /* Operand pairs (rows): vector-vector, vector-scalar, scalar-vector. */
+    const int pairs[3][2] = {{0, 1}, {0, 2}, {2, 1}};
+    for (int opcode = 0; opcode < FQ_VP_OPCODES; ++opcode)
+        for (int p = 0; p < 3; ++p) {
+            float *registers = guarded_output(N);
+            const int code[4] = {opcode, 3, pairs[p][0], pairs[p][1]};
+            expect(fq_f32_vector_program(code, 1, sources, broadcast, 3, registers, 1, N) == FQ_OK,
+                   "vector program: opcode %d status", opcode);
+            size_t bad = N;
+            for (size_t i = 0; i < N && bad == N; ++i) {
+                const float a = pairs[p][0] == 2 ? scalar : sources[pairs[p][0]][i];
+                const float b = pairs[p][1] == 2 ? scalar : sources[pairs[p][1]][i];
+                if (!same(registers[i], vp_expected(opcode, a, b))) bad = i;
+            }
+            expect(bad == N, "vector program: opcode %d, operands %d %d: element %zu", opcode,
+                   pairs[p][0], pairs[p][1], bad);
+            expect(output_intact(registers, N), "vector program: wrote outside its registers");
+            free_output(registers);
+        }
+}
+
+/* A chain through registers, a destination that is its own operand, subnormals kept. */
+static void test_vector_program_chain(void) {
+    const float x[3] = {4.0f, 1e-39f, -2.0f}, eps = 1e-3f;
+    const float *sources[] = {x, &eps};
+    const unsigned char broadcast[] = {0, 1};
+    float registers[2 * 3];
+    /* r2 = x + eps; r3 = rsqrt(r2); r3 = r3 * x (in place); r2 = x + x (a subnormal doubled). */
+    const int code[] = {FQ_VP_ADD, 2, 0, 1, FQ_VP_RSQRT, 3, 2, 0, FQ_VP_MULTIPLY, 3, 3, 0,
+                        FQ_VP_ADD, 2, 0, 0};
+    expect(fq_f32_vector_program(code, 4, sources, broadcast, 2, registers, 2, 3) == FQ_OK,
+           "vector program chain: status");
+    size_t bad = 3;
+    for (size_t i = 0; i < 3 && bad == 3; ++i)
+        if (!same(registers[3 + i], 1.0f / sqrtf(x[i] + eps) * x[i]) ||
+            !same(registers[i], x[i] + x[i]))
+            bad = i;
+    expect(bad == 3, "vector program chain: element %zu", bad);
+    expect(registers[1] == 2e-39f && registers[1] != 0.0f, "vector program: subnormals are kept");
+}
+
+/* Programs it refuses write nothing. */
+static void test_vector_program_statuses(void) {
+    const float x[2] = {1.0f, 2.0f};
+    const float *sources[] = {x};
+    const unsigned char broadcast[] = {0};
+    float registers[2] = {7.0f, 7.0f};
+    const int good[4] = {FQ_VP_NEGATE, 1, 0, 0};
+    const int refused[][4] = {
+        {FQ_VP_OPCODES, 1, 0, 0}, {-1, 1, 0, 0},  /* unknown opcodes */
+        {FQ_VP_COPY, 0, 0, 0},                    /* writes a source */
+        {FQ_VP_COPY, 2, 0, 0}, {FQ_VP_COPY, -1, 0, 0}, /* past the registers, negative */
+        {FQ_VP_COPY, 1, 2, 0}, {FQ_VP_ADD, 1, 0, 2}, {FQ_VP_ADD, 1, 0, -3}, /* operands */
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; ++k) {
+        /* the good instruction first: the refusal comes before it runs */
+        int code[8];
+        for (int j = 0; j < 4; ++j) code[j] = good[j], code[4 + j] = refused[k][j];
+        expect(fq_f32_vector_program(code, 2, sources, broadcast, 1, registers, 1, 2) ==
+                   FQ_ERR_BAD_PROGRAM && registers[0] == 7.0f && registers[1] == 7.0f,
+               "vector program: refused instruction %zu, nothing written", k);
+    }
+    /* A one-operand opcode ignores b, whatever it holds. */
+    const int ignores_b[4] = {FQ_VP_NEGATE, 1, 0, 99};
+    expect(fq_f32_vector_program(ignores_b, 1, sources, broadcast, 1, registers, 1, 2) == FQ_OK &&
+               registers[0] == -1.0f && registers[1] == -2.0f, "vector program: b ignored");
+    expect(fq_f32_vector_program(NULL, 1, sources, broadcast, 1, registers, 1, 2) ==
+               FQ_ERR_NULL_POINTER, "vector program: NULL code");
+    const float *missing[] = {NULL};
+    expect(fq_f32_vector_program(good, 1, missing, broadcast, 1, registers, 1, 2) ==
+               FQ_ERR_NULL_POINTER, "vector program: NULL source");
+    expect(fq_f32_vector_program(good, 1, sources, broadcast, 1, NULL, 1, 2) == FQ_ERR_NULL_POINTER,
+           "vector program: NULL registers");
+    expect(fq_f32_vector_program(NULL, 0, NULL, NULL, 0, NULL, 0, 0) == FQ_OK,
+           "vector program: nothing to do");
+}
+
 int main(void) {
     static const harness_section sections[] = {
         {"statuses", test_statuses},
         {"pow: specials, random pairs, flushing, in place", test_pow},
         {"momentum: sizes, Nesterov, in place, specials", test_momentum},
+        {"vector program: every opcode, broadcast operands, specials", test_vector_program_opcodes},
+        {"vector program: a chain through registers, in place, subnormals", test_vector_program_chain},
+        {"vector program: refused programs write nothing, NULL pointers", test_vector_program_statuses},
     };
-    return harness_main("C kernel harness (element-wise: pow, momentum)", sections,
+    return harness_main("C kernel harness (element-wise: pow, momentum, vector programs)", sections,
                         sizeof sections / sizeof sections[0]);
 }
