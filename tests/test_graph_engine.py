@@ -496,6 +496,31 @@ def test_momentum_update_has_the_float32_formula_bits(nesterov):
     assert new_var.shape == var.shape and new_var is not var and new_accum is not accum
     with pytest.raises(ValueError, match="broadcast"):
         train._momentum(op, var, [accum], np.asarray(lr), grad[:10], np.asarray(momentum))
+    # A filter-shaped variable, and a gradient that is a strided view.
+    wide = np.repeat(grad, 2).reshape(25, 80)[:, ::2]
+    new_var2, (new_accum2,) = train._momentum(op, var.reshape(25, 40), [accum.reshape(25, 40)],
+                                              np.asarray(lr), wide, np.asarray(momentum))
+    assert new_var2.shape == (25, 40)
+    np.testing.assert_array_equal(new_var2.reshape(-1).view(np.uint32), expect_var.view(np.uint32))
+    np.testing.assert_array_equal(new_accum2.reshape(-1).view(np.uint32),
+                                  expect_accum.view(np.uint32))
+
+
+def test_the_momentum_kernels_binding_names_what_it_refuses():
+    from fqcore import _kernels
+    ok = np.ones((2, 3), F32)
+    out_var, out_accum = np.empty((2, 3), F32), np.empty((2, 3), F32)
+    with pytest.raises(ValueError, match="grad must be a C-contiguous float32 array, got ndarray "
+                                         "of float64"):
+        _kernels.momentum(ok, ok, np.ones((2, 3)), 0.1, 0.9, False, out_var, out_accum)
+    with pytest.raises(ValueError, match="accum must have 6 elements"):
+        _kernels.momentum(ok, np.ones(5, F32), ok, 0.1, 0.9, False, out_var, out_accum)
+    with pytest.raises(ValueError, match="var must be a C-contiguous float32 array"):
+        _kernels.momentum(np.ones((3, 2), F32).T, ok, ok, 0.1, 0.9, False, out_var, out_accum)
+    frozen = np.empty((2, 3), F32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="must be writeable"):
+        _kernels.momentum(ok, ok, ok, 0.1, 0.9, False, frozen, out_accum)
 
 
 def test_adam_three_steps():

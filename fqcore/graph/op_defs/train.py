@@ -52,10 +52,8 @@ def _momentum(op, var, slots, lr, grad, momentum):
             and lr.ndim == momentum.ndim == 0):
         # One pass (fq_f32_momentum), the same float32 operations in the same order.
         new_var, new_accum = np.empty(var.shape, FLOAT32), np.empty(var.shape, FLOAT32)
-        _kernels.momentum(np.ascontiguousarray(var).reshape(-1),
-                          np.ascontiguousarray(accum).reshape(-1),
-                          np.ascontiguousarray(grad).reshape(-1), lr, momentum, nesterov,
-                          new_var.reshape(-1), new_accum.reshape(-1))
+        _kernels.momentum(np.ascontiguousarray(var), np.ascontiguousarray(accum),
+                          np.ascontiguousarray(grad), lr, momentum, nesterov, new_var, new_accum)
         return new_var, [new_accum]
     accum = accum * momentum + grad
     if nesterov:
