@@ -2,7 +2,9 @@
 hundred or more gradient calls, most of them on vectors and scalars, where a loop that looks up
 each op's output gradients and operands and sums its input gradients costs more than the call.
 The generated function does the same calls, checks and sums in the same order, with the tensors
-as names bound once instead of tuples unpacked each step."""
+as names bound once instead of tuples unpacked each step, and an Identity's gradient (a
+variable's read passes its gradient on) written out in place of its call."""
+from .op_defs.array import pass_gradient
 
 
 def compile_path(path):
@@ -26,6 +28,12 @@ def compile_path(path):
             lines.append(f"    {a} = get({t})")
         given = " or ".join(f"{a} is not None" for a in incoming) or "False"
         lines.append(f"    if ({given}) and op{k} not in dead:")
+        if gradient is pass_gradient and len(outputs) == 1 and [p for p, _ in summed] == [0]:
+            # An Identity (a variable's read): its input's gradient is its output's.
+            target = name_of(summed[0][1])
+            lines.append(f"        p = get({target})")
+            lines.append(f"        grads[{target}] = a0 if p is None else p + a0")
+            continue
         operands = ", ".join(f"values[{name_of(t)}]" for t in op.inputs)
         results = ", ".join(f"values[{t}]" for t in outputs)
         lines.append(f"        r = gradient{k}(op{k}, [{operands}], [{results}], "
