@@ -655,6 +655,14 @@ cdef const float *_float32_data(object array, str name, Py_ssize_t size) except?
     return <const float *>cnp.PyArray_DATA(<cnp.ndarray>array) if size > 0 else NULL
 
 
+def pow_scalar(float x, float y):
+    """x ** y for two float32 scalars with the C library's powf (fq_f32_pow on one element): the
+    scalar Pow of a range tracker's debiasing, without an array's set-up."""
+    cdef float out
+    _check(fq_f32_pow(&x, &y, 1, &out))
+    return out
+
+
 def momentum(var, accum, grad, float learning_rate, float momentum, bint use_nesterov, new_var,
              new_accum):
     """TF's ApplyMomentum into new_var and new_accum (fq_f32_momentum): C-contiguous float32

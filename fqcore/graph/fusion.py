@@ -53,7 +53,7 @@ import numpy as np
 from .. import _kernels
 from . import conv_statistics, nn_numpy, vector_program
 from .op_defs._infer import constant_value
-from .op_defs.math import float32_range, power, range_layout
+from .op_defs.math import float32_range, range_layout
 from .op_defs.nn import FOLDED_GRADIENT, batch_norm_forward, conv_args
 from .op_registry import gradient_function, op_def
 
@@ -748,7 +748,7 @@ class DebiasedMovingAverage(Unit):
         biased_name, step_name, name = self.variables
         biased = np.float32(ctx.current_variable(biased_name)) - (read - value) * d
         step = np.float32(ctx.current_variable(step_name)) + increment
-        average = np.array(biased / (one - np.float32(power(base, step))), FLOAT32)
+        average = np.array(biased / (one - np.float32(_kernels.pow_scalar(base, step))), FLOAT32)
         ctx.write_variable(biased_name, biased)
         ctx.write_variable(step_name, step)
         ctx.write_variable(name, average)
