@@ -58,6 +58,7 @@ COMMON_SOURCES = [
     "matmul/matmul_scalar.c",
     "elementwise/pow.c",
     "elementwise/vector_program.c",
+    "elementwise/filter_scaling.c",
     "optimizer/momentum.c",
 ]
 ISA_SOURCES = {

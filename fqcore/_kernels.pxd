@@ -145,6 +145,12 @@ cdef extern from "fqcore.h" nogil:
     fq_status fq_f32_momentum(const float *var, const float *accum, const float *grad, size_t n,
                               float learning_rate, float momentum, int use_nesterov,
                               float *new_var, float *new_accum)
+    fq_status fq_f32_filter_scaling(const float *f0, const float *const *vectors, size_t k,
+                                    size_t rows, size_t columns, float *out)
+    fq_status fq_f32_filter_scaling_grad(const float *const *filters,
+                                         const float *const *vectors, size_t k, size_t rows,
+                                         size_t columns, const float *g, float *df0,
+                                         float *const *dvectors)
     fq_status fq_f32_vector_program(const int *code, size_t instructions,
                                     const float *const *sources, const unsigned char *broadcast,
                                     size_t num_sources, float *registers, size_t num_registers,

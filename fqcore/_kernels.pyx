@@ -663,6 +663,14 @@ def pow_scalar(float x, float y):
     return out
 
 
+cdef float *_float32_out(object array, str name, Py_ssize_t size) except? NULL:
+    """_float32_data of an array the kernel writes: it must be writeable."""
+    cdef const float *data = _float32_data(array, name, size)
+    if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>array):
+        raise ValueError(f"{name} must be writeable")
+    return <float *>data
+
+
 def momentum(var, accum, grad, float learning_rate, float momentum, bint use_nesterov, new_var,
              new_accum):
     """TF's ApplyMomentum into new_var and new_accum (fq_f32_momentum): C-contiguous float32
@@ -672,11 +680,8 @@ def momentum(var, accum, grad, float learning_rate, float momentum, bint use_nes
     cdef const float *v = _float32_data(var, "var", n)
     cdef const float *a = _float32_data(accum, "accum", n)
     cdef const float *g = _float32_data(grad, "grad", n)
-    cdef float *out_var = <float *>_float32_data(new_var, "new_var", n)
-    cdef float *out_accum = <float *>_float32_data(new_accum, "new_accum", n)
-    if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>new_var) or not cnp.PyArray_ISWRITEABLE(
-            <cnp.ndarray>new_accum):
-        raise ValueError("new_var and new_accum must be writeable")
+    cdef float *out_var = _float32_out(new_var, "new_var", n)
+    cdef float *out_accum = _float32_out(new_accum, "new_accum", n)
     with nogil:
         rc = fq_f32_momentum(v, a, g, n, learning_rate, momentum, use_nesterov, out_var, out_accum)
     _check(rc)
@@ -717,4 +722,66 @@ def vector_program(const int[:, ::1] code, const float[:, ::1] kept, tuple sourc
     finally:
         PyMem_Free(rows)
         PyMem_Free(broadcast)
+    _check(rc)
+
+
+# The most vectors a filter_scaling call takes (a fold has two).
+FILTER_SCALING_MAX = 8
+
+
+cdef int _scaling_operands(tuple filters, tuple vectors, Py_ssize_t size,
+                           const float **filter_data, const float **vector_data) except -1:
+    """The data of a filter scaling's filters (each of `size` elements) and vectors (each of one
+    element count that divides it); returns that count."""
+    cdef Py_ssize_t k = len(vectors), m, columns = 0
+    if k == 0 or k > FILTER_SCALING_MAX:
+        raise ValueError(f"a filter scaling takes 1 to {FILTER_SCALING_MAX} vectors, got {k}")
+    for m in range(k):
+        if m == 0:
+            columns = _float32_size(vectors[0], "vector 0")
+            if columns == 0 or size % columns:
+                raise ValueError(f"the vectors' element count ({columns}) must divide the "
+                                 f"filter's ({size})")
+        vector_data[m] = _float32_data(vectors[m], f"vector {m}", columns)
+        if m < len(filters):
+            filter_data[m] = _float32_data(filters[m], f"filter {m}", size)
+    return columns
+
+
+def filter_scaling(f0, tuple vectors, out):
+    """f0 times each of `vectors` in turn (fq_f32_filter_scaling): `out` [k, f0's elements]."""
+    cdef const float *filter_data[8]
+    cdef const float *vector_data[8]
+    cdef Py_ssize_t size = _float32_size(f0, "f0")
+    cdef Py_ssize_t columns = _scaling_operands((f0,), vectors, size, filter_data, vector_data)
+    cdef float *out_data = _float32_out(out, "out", size * len(vectors))
+    cdef fq_status rc
+    cdef size_t k = len(vectors)
+    with nogil:
+        rc = fq_f32_filter_scaling(filter_data[0], vector_data, k, size // columns, columns,
+                                   out_data)
+    _check(rc)
+
+
+def filter_scaling_grad(tuple filters, tuple vectors, g, df0, tuple dvectors):
+    """The gradients of a filter scaling from g (fq_f32_filter_scaling_grad): filters f_0 ..
+    f_{k-1}, df0 (or None) like f_0, dvectors (each None or like its vector) written."""
+    cdef const float *filter_data[8]
+    cdef const float *vector_data[8]
+    cdef float *dvector_data[8]
+    cdef Py_ssize_t k = len(vectors), m
+    if len(filters) != k or len(dvectors) != k:
+        raise ValueError(f"filters, vectors and dvectors must have the same length, got "
+                         f"{len(filters)}, {k} and {len(dvectors)}")
+    cdef Py_ssize_t size = _float32_size(g, "g")
+    cdef Py_ssize_t columns = _scaling_operands(filters, vectors, size, filter_data, vector_data)
+    cdef float *df0_data = NULL if df0 is None else _float32_out(df0, "df0", size)
+    for m in range(k):
+        dvector_data[m] = (NULL if dvectors[m] is None else
+                           _float32_out(dvectors[m], f"dvector {m}", columns))
+    cdef const float *g_data = _float32_data(g, "g", size)
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_filter_scaling_grad(filter_data, vector_data, k, size // columns, columns,
+                                        g_data, df0_data, dvector_data)
     _check(rc)

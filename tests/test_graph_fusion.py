@@ -683,3 +683,83 @@ def test_vector_programs_refuse_bad_operands():
     _kernels.vector_program(code, none, (np.arange(3, dtype=np.float32),), registers)
     np.testing.assert_array_equal(registers, [[-0.0, -1.0, -2.0]])
 
+
+
+def test_the_folds_filter_products_are_one_pass_each_way(monkeypatch):
+    """Each folded layer's filter times contrib's correction, then times the scale (a depthwise
+    layer's vectors reshaped to [C, 1]): one FilterScaling forward and one gradient pass; four
+    training steps give every variable the bits of the two Muls op by op."""
+    fused, fused_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
+    scalings = [u for u in units if isinstance(u, fusion.FilterScaling)]
+    assert sorted((u.shape, tuple(tuple(v.shape) for v in u.inputs[1:])) for u in scalings) == [
+        ((1, 1, 32, 32), ((32,), (32,))), ((3, 3, 1, 32), ((32,), (32,))),
+        ((3, 3, 32, 1), ((32, 1), (32, 1))), ((3, 3, 32, 64), ((64,), (64,)))]
+    assert all([op.name.split("/")[-1] for op in u.ops] == ["correction_mult", "mul_fold"]
+               for u in scalings)
+    monkeypatch.setattr(fusion, "_filter_scaling", lambda op, rules: None)
+    plain, plain_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
+    assert not any(isinstance(u, fusion.FilterScaling) for u in units)
+    assert [_bits(v) for v in fused_losses] == [_bits(v) for v in plain_losses]
+    for name in plain:
+        np.testing.assert_array_equal(_bits(fused[name]), _bits(plain[name]), err_msg=name)
+
+
+@pytest.mark.parametrize("filter_shape, vector_shape, count", [
+    ((3, 3, 5, 7), (7,), 2), ((3, 3, 6, 1), (6, 1), 2), ((1, 1, 4, 2), (2,), 3),
+    ((40, 3), (3,), 1), ((2, 3, 4), (3, 4), 2)])
+def test_a_filter_scaling_equals_the_muls(monkeypatch, filter_shape, vector_shape, count):
+    """Muls of a filter by vectors repeated down its rows, with NaN, infinities, signed zeros and
+    subnormals among the values, the filter's gradient asked for or not: the forward and every
+    gradient have the Muls' bits (their sums down the rows included)."""
+    rng = np.random.default_rng(sum(filter_shape) + count)
+    g = G.Graph()
+    with g.as_default():
+        f = G.placeholder("float32", list(filter_shape), name="f")
+        vectors = [G.placeholder("float32", list(vector_shape), name=f"v{k}") for k in range(count)]
+        batch = G.placeholder("float32", [None] + list(filter_shape), name="batch")
+        running = f
+        for k, v in enumerate(vectors):  # the vector first or second, as the fold writes them
+            running = G.multiply(v, running) if k % 2 == 0 else G.multiply(running, v)
+        loss = G.reduce_sum(G.multiply(batch, running))
+    feeds = {f: (rng.standard_normal(filter_shape) * 3).astype(np.float32),
+             batch: rng.standard_normal((2,) + filter_shape).astype(np.float32)}
+    feeds[f].flat[:len(SPECIAL)] = SPECIAL[:feeds[f].size]
+    feeds[f].flat[-1] = -0.0
+    for v in vectors:
+        feeds[v] = np.exp(rng.standard_normal(vector_shape)).astype(np.float32)
+    feeds[vectors[0]].flat[0] = 1e-30  # subnormal products
+    for xs in ([f] + vectors, vectors):
+        with g.as_default():
+            grads = _gradients(g, loss, xs) if xs is vectors else g.create_op(
+                "Gradients", [loss] + xs, name="all").outputs
+        session = G.Session(g)
+        with np.errstate(all="ignore"):
+            fused = session.run([running] + list(grads), feeds)
+        plan = max(session._plans.values(), key=lambda p: len(p.steps))
+        assert [len(u.ops) for u in plan.units if isinstance(u, fusion.FilterScaling)] == [count]
+        with pytest.MonkeyPatch.context() as op_by_op:
+            op_by_op.setattr(fusion, "_filter_scaling", lambda op, rules: None)
+            with np.errstate(all="ignore"):
+                plain = G.Session(g).run([running] + list(grads), feeds)
+        for got, want in zip(fused, plain):
+            np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_filter_scaling_refuses_bad_operands():
+    from fqcore import _kernels
+    f, v = np.ones((4, 3), np.float32), np.ones(3, np.float32)
+    out = np.empty((1, 12), np.float32)
+    with pytest.raises(ValueError, match=r"the vectors' element count \(5\) must divide"):
+        _kernels.filter_scaling(f, (np.ones(5, np.float32),), out)
+    with pytest.raises(ValueError, match="vector 1 must have 3 elements"):
+        _kernels.filter_scaling(f, (v, np.ones(4, np.float32)), np.empty((2, 12), np.float32))
+    with pytest.raises(ValueError, match="out must have 24 elements"):
+        _kernels.filter_scaling(f, (v, v), out)
+    with pytest.raises(ValueError, match="takes 1 to 8 vectors, got 9"):
+        _kernels.filter_scaling(f, (v,) * 9, np.empty((9, 12), np.float32))
+    with pytest.raises(ValueError, match="filter 0 must be a C-contiguous float32 array"):
+        _kernels.filter_scaling_grad((f.T,), (v,), f, None, (None,))
+    frozen = np.empty(3, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="dvector 0 must be writeable"):
+        _kernels.filter_scaling_grad((f,), (v,), f, None, (frozen,))

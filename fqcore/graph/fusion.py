@@ -45,7 +45,10 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   call of fq_f32_vector_program forward and one for the gradient (vector_program.py), the same
   bits, but where an input's gradient sums three or more terms (the unit adds its own before the
   plan adds the others'). A scalar input that takes a gradient (a sum over the vector) sends the
-  gradient through the ops' own functions."""
+  gradient through the ops' own functions.
+- FilterScaling: a run of Muls of a float32 filter by vectors that repeat down its rows (the fold's
+  filter times contrib's correction, then times the scale), whose intermediate filters nothing else
+  reads: one pass of fq_f32_filter_scaling forward and one for the gradient, the same bits."""
 from collections import namedtuple
 
 import numpy as np
@@ -423,7 +426,7 @@ def fuse(order, rules):
                 or _statistics_only(op, rules) or _range_pair(op, rules, taken)
                 or _clipped_fake_quant(op, rules, unit_of) or _debiased_average(op, rules)
                 or _moving_average(op, rules) or _shape_function(op, rules)
-                or _vector_program(op, rules))
+                or _vector_program(op, rules) or _filter_scaling(op, rules))
         earlier = [member for member in unit.ops if member in alone] if unit is not None else []
         if unit is None or (earlier and not unit.gathers_earlier_ops):
             units.append(op)
@@ -1007,28 +1010,33 @@ class VectorProgram(Unit):
         return self._op_by_op_gradient(inputs, outputs[-1], exit_grads, needed)
 
     def _op_by_op_gradient(self, inputs, registers, exit_grads, needed):
-        """The ops' own gradient functions in reverse order, summed as reverse mode sums."""
-        sources = list(inputs)
         values = dict(zip(self.inputs, inputs))
         for member in self.ops:
             t = member.outputs[0]
-            values[t] = self._value(self.program.row[t], t.shape, sources, registers)
-        useful = {t for t, need in zip(self.inputs, needed) if need}
-        for member in self.ops:
-            if any(t in useful for t in vector_program.data_inputs(member)):
-                useful.add(member.outputs[0])
-        local = {t: g for t, g in zip(self.exits, exit_grads) if g is not None}
-        for member in reversed(self.ops):
-            incoming = local.get(member.outputs[0])
-            if incoming is None:
-                continue
-            parts = gradient_function(member)(member, [values.get(t) for t in member.inputs],
-                                              [values[member.outputs[0]]], [incoming])
-            for t, part in zip(member.inputs, parts):
-                if part is not None and t in useful:
-                    earlier = local.get(t)
-                    local[t] = part if earlier is None else earlier + part
-        return [local.get(t) if need else None for t, need in zip(self.inputs, needed)]
+            values[t] = self._value(self.program.row[t], t.shape, list(inputs), registers)
+        return _gradients_op_by_op(self.ops, self.inputs, values, self.exits, exit_grads, needed)
+
+
+def _gradients_op_by_op(ops, inputs, values, exits, exit_grads, needed):
+    """The gradients of a unit's `inputs` (where `needed`) from its ops' own gradient functions in
+    reverse order, summed as reverse mode sums them; `values` holds every tensor's value, and the
+    gradients of the `exits` are `exit_grads` (None: none)."""
+    useful = {t for t, need in zip(inputs, needed) if need}
+    for member in ops:  # in plan order: each after the ops that make its inputs
+        if any(t in useful for t in member.inputs):
+            useful.add(member.outputs[0])
+    local = {t: g for t, g in zip(exits, exit_grads) if g is not None}
+    for member in reversed(ops):
+        incoming = local.get(member.outputs[0])
+        if incoming is None:
+            continue
+        parts = gradient_function(member)(member, [values.get(t) for t in member.inputs],
+                                          [values[member.outputs[0]]], [incoming])
+        for t, part in zip(member.inputs, parts):
+            if part is not None and t in useful:
+                earlier = local.get(t)
+                local[t] = part if earlier is None else earlier + part
+    return [local.get(t) if need else None for t, need in zip(inputs, needed)]
 
 
 def _run_program(code, kept, sources, registers):
@@ -1116,3 +1124,84 @@ def _vector_program(op, rules):
             for t in exits for r in rules.readers(t) if r not in members):
         return None
     return VectorProgram(ops, inputs, exits, runs_at)
+
+
+class FilterScaling(Unit):
+    """Muls of a filter by vectors in turn (see the module docstring): `ops` in order, `filter`
+    the first one's filter operand, `vectors` the vector operand of each. Outputs: the last
+    product, then a Hidden holding the products (the later Muls' filter operands)."""
+
+    type = "FilterScaling"
+
+    def __init__(self, ops, filter_operand, vectors):
+        self.ops = ops
+        self.name = ops[-1].name
+        self.inputs = [filter_operand] + vectors
+        self.outputs = [ops[-1].outputs[0], Hidden(f"{self.name}/products")]
+        self.shape = tuple(filter_operand.shape)
+        self.size = vector_program.elements(filter_operand)
+
+    def forward(self, op, inputs, ctx):
+        products = np.empty((len(self.ops), self.size), FLOAT32)
+        try:
+            _kernels.filter_scaling(inputs[0], tuple(inputs[1:]), products)
+        except ValueError:  # an operand that is not C-contiguous
+            _kernels.filter_scaling(np.ascontiguousarray(inputs[0]),
+                                    tuple(np.ascontiguousarray(v) for v in inputs[1:]), products)
+        return products[-1].reshape(self.shape), products
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        g, products = grads[0], outputs[1]
+        if g is None:
+            return [None] * len(inputs)
+        filters = (inputs[0],) + tuple(products[:-1])
+        df0 = np.empty(self.shape, FLOAT32) if needed[0] else None
+        dvectors = tuple(np.empty(t.shape, FLOAT32) if need else None
+                         for t, need in zip(self.inputs[1:], needed[1:]))
+        try:
+            _kernels.filter_scaling_grad(tuple(np.ascontiguousarray(f) for f in filters),
+                                         tuple(np.ascontiguousarray(v) for v in inputs[1:]),
+                                         g, df0, dvectors)
+        except ValueError:  # a gradient that is not a C-contiguous float32 array
+            values = dict(zip(self.inputs, inputs))
+            values.update((m.outputs[0], p.reshape(self.shape)) for m, p in zip(self.ops, products))
+            return _gradients_op_by_op(self.ops, self.inputs, values, self.outputs[:1], [g], needed)
+        return [df0, *dvectors]
+
+
+def _repeated_vector(op, running):
+    """The other operand of a Mul of `running` (a fixed-shape float32 filter) when it is a
+    float32 vector of two or more elements whose shape is the filter's last dimensions (it repeats
+    down the filter's rows: numpy sums its gradient down them in row order), else None."""
+    if op.type != "Mul" or running not in op.inputs or op.inputs[0] is op.inputs[1]:
+        return None
+    other = _other(op, running)
+    shape, filter_shape = other.shape, running.shape
+    if (other.dtype != FLOAT32 or shape is None or None in shape or not 0 < len(shape) < len(
+            filter_shape) or tuple(filter_shape[-len(shape):]) != tuple(shape)
+            or vector_program.elements(other) < 2 or op.outputs[0].shape != filter_shape):
+        return None
+    return other
+
+
+def _filter_scaling(op, rules):
+    """The FilterScaling that starts at `op`: a Mul of a fixed-shape float32 filter (rank two or
+    more) by a repeated vector, and each Mul that alone reads the product before it, up to
+    kernels' FILTER_SCALING_MAX."""
+    if op.type != "Mul" or not rules.fusable(op):
+        return None
+    filter_operand = next((t for t in op.inputs if _fixed32(t) and len(t.shape) >= 2
+                           and _repeated_vector(op, t) is not None), None)
+    if filter_operand is None or rules.constant(op.outputs[0]):
+        return None
+    ops, vectors, running = [op], [_repeated_vector(op, filter_operand)], op.outputs[0]
+    while len(ops) < _kernels.FILTER_SCALING_MAX:
+        reader = rules.sole_consumer(running)
+        vector = None if reader is None or not rules.fusable(reader) else _repeated_vector(
+            reader, running)
+        if vector is None:
+            break
+        ops.append(reader)
+        vectors.append(vector)
+        running = reader.outputs[0]
+    return FilterScaling(ops, filter_operand, vectors)

@@ -329,6 +329,22 @@ fq_status fq_f32_vector_program(const int *code, size_t instructions, const floa
                                 const unsigned char *broadcast, size_t num_sources,
                                 float *registers, size_t num_registers, size_t n);
 
+/* --- A filter scaled per column (float32). ---
+   A folded layer's filter goes through products with vectors repeated down its rows (contrib's
+   correction, then the fold's scale): f_{m+1}[r][c] = f_m[r][c] * v_m[c] for m = 0 .. k - 1, on a
+   filter f_0 of `rows` x `columns` (the vectors' elements are its columns: its last dimensions).
+   Forward: f_1 .. f_k into `out` (k x rows x columns, in that order), each product rounded to
+   float32. Gradient from g, the gradient of f_k: with g_k = g and g_m = g_{m+1} * v_m, df0 = g_0
+   and dvectors[m][c] = the float32 sum down the rows, in row order from the first row's term, of
+   f_m[r][c] * g_{m+1}[r][c] (numpy's Mul gradients, and its sum over leading axes); a NULL df0 or
+   dvectors[m] is not computed. filters: f_0 .. f_{k-1}. No SIMD file: each element is a few
+   products, and the filters are small (a layer's weights). */
+fq_status fq_f32_filter_scaling(const float *f0, const float *const *vectors, size_t k,
+                                size_t rows, size_t columns, float *out);
+fq_status fq_f32_filter_scaling_grad(const float *const *filters, const float *const *vectors,
+                                     size_t k, size_t rows, size_t columns, const float *g,
+                                     float *df0, float *const *dvectors);
+
 #ifdef __cplusplus
 }
 #endif

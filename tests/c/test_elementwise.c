@@ -3,8 +3,9 @@
    fq_f32_momentum (TF's ApplyMomentum, each operation rounded in turn: the formula in plain float
    arithmetic, this file being built with -ffp-contract=off as the library is) and
    fq_f32_vector_program (each opcode against its float expression, broadcast sources, a
-   destination that is an operand, programs it refuses); NaN, infinities, subnormals, aliasing,
-   statuses. */
+   destination that is an operand, programs it refuses) and fq_f32_filter_scaling (the products
+   and their gradients against the loops numpy's ops make, sums from the first row's term); NaN,
+   infinities, subnormals, aliasing, statuses. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -210,6 +211,91 @@ static void test_vector_program_statuses(void) {
            "vector program: nothing to do");
 }
 
+/* Forward and gradient of k = 1..3 vectors on filters of several shapes against numpy's order:
+   each product rounded, the gradient of each product formed in turn, the sums down the rows from
+   the first row's term (a column of -0.0 terms sums to -0.0). */
+static void test_filter_scaling(void) {
+    const size_t shapes[][2] = {{1, 2}, {9, 32}, {288, 64}, {5, 3}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+        for (size_t k = 1; k <= 3; ++k) {
+            const size_t rows = shapes[s][0], columns = shapes[s][1], n = rows * columns;
+            float *f = xmalloc_aligned(n * sizeof(float)), *g = xmalloc_aligned(n * sizeof(float));
+            float *v[3], *dv[3], *expect_dv[3];
+            for (size_t i = 0; i < n; ++i) {
+                f[i] = i < N_SPECIALS ? SPECIALS[i] : unif(-4.0f, 4.0f);
+                g[i] = unif(-1.0f, 1.0f);
+            }
+            for (size_t r = 0; r < rows; ++r) f[r * columns] = -0.0f; /* column 0: -0.0 terms */
+            for (size_t m = 0; m < k; ++m) {
+                v[m] = xmalloc_aligned(columns * sizeof(float));
+                for (size_t c = 0; c < columns; ++c) v[m][c] = unif(0.5f, 2.0f);
+                dv[m] = guarded_output(columns);
+                expect_dv[m] = xmalloc_aligned(columns * sizeof(float));
+            }
+            for (size_t r = 0; r < rows; ++r) g[r * columns] = 1.0f;
+            float *out = guarded_output(k * n), *df0 = guarded_output(n);
+            const float *vectors[3] = {v[0], v[1], v[2]};
+            expect(fq_f32_filter_scaling(f, vectors, k, rows, columns, out) == FQ_OK,
+                   "filter scaling: status");
+            size_t bad = n;
+            for (size_t i = 0; i < n && bad == n; ++i) {
+                float p = f[i];
+                for (size_t m = 0; m < k; ++m) {
+                    p = p * v[m][i % columns];
+                    if (!same(out[m * n + i], p)) bad = i;
+                }
+            }
+            expect(bad == n && output_intact(out, k * n),
+                   "filter scaling %zux%zu k=%zu: forward element %zu", rows, columns, k, bad);
+            const float *filters[3] = {f, out, out + n};
+            float *dvectors[3] = {dv[0], dv[1], dv[2]};
+            expect(fq_f32_filter_scaling_grad(filters, vectors, k, rows, columns, g, df0,
+                                              dvectors) == FQ_OK, "filter scaling grad: status");
+            /* numpy: the gradient of each product as an array, then its sum down the rows. */
+            bad = n;
+            for (size_t m = k; m-- > 0;)
+                for (size_t c = 0; c < columns; ++c) expect_dv[m][c] = 0.0f;
+            for (size_t i = 0; i < n && bad == n; ++i) {
+                float grad = g[i];
+                const size_t c = i % columns;
+                for (size_t m = k; m-- > 0;) {
+                    const float term = filters[m][i] * grad;
+                    expect_dv[m][c] = i < columns ? term : expect_dv[m][c] + term;
+                    grad = grad * v[m][c];
+                }
+                if (!same(df0[i], grad)) bad = i;
+            }
+            expect(bad == n && output_intact(df0, n),
+                   "filter scaling %zux%zu k=%zu: df0 element %zu", rows, columns, k, bad);
+            for (size_t m = 0; m < k; ++m) {
+                size_t wrong = columns;
+                for (size_t c = 0; c < columns && wrong == columns; ++c)
+                    if (!same(dv[m][c], expect_dv[m][c])) wrong = c;
+                expect(wrong == columns && output_intact(dv[m], columns),
+                       "filter scaling %zux%zu k=%zu: dv%zu element %zu", rows, columns, k, m, wrong);
+            }
+            expect(signbit(dv[0][0]) && dv[0][0] == 0.0f, "filter scaling: -0.0 terms sum to -0.0");
+            /* Outputs left out are not written. */
+            float *skipped[3] = {NULL, NULL, NULL};
+            expect(fq_f32_filter_scaling_grad(filters, vectors, k, rows, columns, g, NULL,
+                                              skipped) == FQ_OK, "filter scaling grad: none wanted");
+            for (size_t m = 0; m < k; ++m) {
+                free(v[m]);
+                free_output(dv[m]);
+                free(expect_dv[m]);
+            }
+            free_output(out);
+            free_output(df0);
+            free(f);
+            free(g);
+        }
+    float one = 1.0f;
+    const float *none[1] = {NULL};
+    expect(fq_f32_filter_scaling(&one, none, 1, 1, 1, &one) == FQ_ERR_NULL_POINTER,
+           "filter scaling: NULL vector");
+    expect(fq_f32_filter_scaling(NULL, NULL, 0, 0, 0, NULL) == FQ_OK, "filter scaling: nothing");
+}
+
 int main(void) {
     static const harness_section sections[] = {
         {"statuses", test_statuses},
@@ -218,7 +304,9 @@ int main(void) {
         {"vector program: every opcode, broadcast operands, specials", test_vector_program_opcodes},
         {"vector program: a chain through registers, in place, subnormals", test_vector_program_chain},
         {"vector program: refused programs write nothing, NULL pointers", test_vector_program_statuses},
+        {"filter scaling: products, gradients, sums from the first row", test_filter_scaling},
     };
-    return harness_main("C kernel harness (element-wise: pow, momentum, vector programs)", sections,
+    return harness_main("C kernel harness (element-wise: pow, momentum, vector programs, filter "
+                        "scaling)", sections,
                         sizeof sections / sizeof sections[0]);
 }
