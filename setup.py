@@ -59,6 +59,7 @@ COMMON_SOURCES = [
     "elementwise/pow.c",
     "elementwise/vector_program.c",
     "elementwise/filter_scaling.c",
+    "elementwise/debiased_average.c",
     "optimizer/momentum.c",
 ]
 ISA_SOURCES = {

@@ -655,12 +655,13 @@ cdef const float *_float32_data(object array, str name, Py_ssize_t size) except?
     return <const float *>cnp.PyArray_DATA(<cnp.ndarray>array) if size > 0 else NULL
 
 
-def pow_scalar(float x, float y):
-    """x ** y for two float32 scalars with the C library's powf (fq_f32_pow on one element): the
-    scalar Pow of a range tracker's debiasing, without an array's set-up."""
-    cdef float out
-    _check(fq_f32_pow(&x, &y, 1, &out))
-    return out
+def debiased_average(float read, float value, float decay_complement, float increment,
+                     float base, float one, float biased, float step):
+    """(biased', step', average) of one zero-debiased moving-average step on float32 scalars
+    (fq_f32_debiased_average): a range tracker's eight ops."""
+    cdef float out[3]
+    fq_f32_debiased_average(read, value, decay_complement, increment, base, one, biased, step, out)
+    return out[0], out[1], out[2]
 
 
 cdef float *_float32_out(object array, str name, Py_ssize_t size) except? NULL:

@@ -720,8 +720,8 @@ class DebiasedMovingAverage(Unit):
         step' = AssignAdd(local_step, increment); Pow(base, step'); sub_2 = one - Pow;
         truediv = biased' / sub_2; Assign(variable, truediv)
 
-    with every operand a float32 scalar: the same operations in np.float32 arithmetic (the Pow
-    as the op computes it), writing the three variables at the Assign's place in the plan, which
+    with every operand a float32 scalar: the same operations in float32 arithmetic in one C call
+    (fq_f32_debiased_average; the Pow as the op computes it), writing the three variables at the Assign's place in the plan, which
     nothing between can see (fusion asks that nothing else writes or reads the two shadow
     variables but their own reads). A run that does not update state runs the ops one by one."""
 
@@ -747,13 +747,12 @@ class DebiasedMovingAverage(Unit):
             return tuple(_op_by_op(self.ops, zip(self.inputs, inputs), self.outputs, ctx))
         if self.clamp is not None:
             inputs = [inputs[0], self.clamp(inputs[1], inputs[2])] + inputs[3:]
-        read, value, d, increment, base, one = (np.float32(v) for v in inputs)
         biased_name, step_name, name = self.variables
-        biased = np.float32(ctx.current_variable(biased_name)) - (read - value) * d
-        step = np.float32(ctx.current_variable(step_name)) + increment
-        average = np.array(biased / (one - np.float32(_kernels.pow_scalar(base, step))), FLOAT32)
-        ctx.write_variable(biased_name, biased)
-        ctx.write_variable(step_name, step)
+        biased, step, average = _kernels.debiased_average(
+            *inputs, ctx.current_variable(biased_name), ctx.current_variable(step_name))
+        average = np.array(average, FLOAT32)
+        ctx.write_variable(biased_name, np.float32(biased))
+        ctx.write_variable(step_name, np.float32(step))
         ctx.write_variable(name, average)
         return (average,)
 

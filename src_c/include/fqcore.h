@@ -288,6 +288,13 @@ fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_colu
    (NaN, infinities, zeros, negative bases) as powf gives them. out may alias x or y exactly. */
 fq_status fq_f32_pow(const float *x, const float *y, size_t n, float *out);
 
+/* One step of tf.train's assign_moving_average with zero_debias on float32 scalars, as contrib's
+   range trackers build it: biased' = biased - (read - value) * decay_complement, step' = step +
+   increment, average = biased' / (one - base ** step') with fq_f32_pow's power; out = {biased',
+   step', average}, each operation rounded to float32 in that order. */
+void fq_f32_debiased_average(float read, float value, float decay_complement, float increment,
+                             float base, float one, float biased, float step, float out[3]);
+
 /* --- Optimizer updates (float32). ---
    TF's ApplyMomentum on n elements: new_accum = accum * momentum + grad, then new_var =
    var - new_accum * learning_rate, or with use_nesterov new_var = var - (grad * learning_rate +

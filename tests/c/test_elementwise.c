@@ -4,7 +4,8 @@
    arithmetic, this file being built with -ffp-contract=off as the library is) and
    fq_f32_vector_program (each opcode against its float expression, broadcast sources, a
    destination that is an operand, programs it refuses) and fq_f32_filter_scaling (the products
-   and their gradients against the loops numpy's ops make, sums from the first row's term); NaN,
+   and their gradients against the loops numpy's ops make, sums from the first row's term) and
+   fq_f32_debiased_average (the formula in float arithmetic, powf under the kernels' state); NaN,
    infinities, subnormals, aliasing, statuses. */
 #include <math.h>
 #include <stdint.h>
@@ -296,6 +297,33 @@ static void test_filter_scaling(void) {
     expect(fq_f32_filter_scaling(NULL, NULL, 0, 0, 0, NULL) == FQ_OK, "filter scaling: nothing");
 }
 
+/* A tracker's steps: decays 0.999, 0.99 and 0.9999 over 300 steps each, random batch values, a
+   NaN batch value; against the formula in plain float arithmetic with flushed_powf. */
+static void test_debiased_average(void) {
+    const float decays[] = {0.999f, 0.99f, 0.9999f};
+    size_t bad = 0;
+    for (size_t k = 0; k < 3; ++k) {
+        const float complement = 1.0f - decays[k];
+        float biased = 0.0f, step = 0.0f, shadow = 0.0f;
+        for (int s = 0; s < 300; ++s) {
+            const float value = s == 150 ? NAN : unif(-6.0f, 6.0f);
+            float out[3];
+            fq_f32_debiased_average(biased, value, complement, 1.0f, decays[k], 1.0f, biased,
+                                    step, out);
+            const float want_biased = biased - (biased - value) * complement;
+            const float want_step = step + 1.0f;
+            const float want = want_biased / (1.0f - flushed_powf(decays[k], want_step));
+            if (!same(out[0], want_biased) || !same(out[1], want_step) || !same(out[2], want))
+                ++bad;
+            biased = s == 150 ? 0.0f : out[0];
+            step = out[1];
+            shadow = out[2];
+        }
+        expect(shadow == shadow, "debiased average: finite after the NaN step is dropped");
+    }
+    expect(bad == 0, "debiased average: %zu steps differ from the formula", bad);
+}
+
 int main(void) {
     static const harness_section sections[] = {
         {"statuses", test_statuses},
@@ -305,8 +333,9 @@ int main(void) {
         {"vector program: a chain through registers, in place, subnormals", test_vector_program_chain},
         {"vector program: refused programs write nothing, NULL pointers", test_vector_program_statuses},
         {"filter scaling: products, gradients, sums from the first row", test_filter_scaling},
+        {"debiased average: tracker steps against the formula", test_debiased_average},
     };
     return harness_main("C kernel harness (element-wise: pow, momentum, vector programs, filter "
-                        "scaling)", sections,
+                        "scaling, debiased averages)", sections,
                         sizeof sections / sizeof sections[0]);
 }
