@@ -599,9 +599,16 @@ def test_the_folds_per_channel_arithmetic_is_one_program_each_way(monkeypatch):
     assert all(len(op.outputs[0].shape) <= 2 for u in programs for op in u.ops)
     assert all(len(u.gradients) == 1 and next(iter(u.gradients.values())).possible
                for u in programs)
-    monkeypatch.setattr(fusion, "_vector_program", lambda op, rules: None)
+    _trains_the_same_without(monkeypatch, "_vector_program", fusion.VectorProgram, fused,
+                             fused_losses)
+
+
+def _trains_the_same_without(monkeypatch, finder, unit_class, fused, fused_losses):
+    """The demo's four steps of _demo_steps(4, batch_sizes=(64, 32)) again with fusion's `finder`
+    finding nothing: no `unit_class` in the plan, the same losses and variables bit for bit."""
+    monkeypatch.setattr(fusion, finder, lambda op, rules: None)
     plain, plain_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
-    assert not any(isinstance(u, fusion.VectorProgram) for u in units)
+    assert not any(isinstance(u, unit_class) for u in units)
     assert [_bits(v) for v in fused_losses] == [_bits(v) for v in plain_losses]
     for name in plain:
         np.testing.assert_array_equal(_bits(fused[name]), _bits(plain[name]), err_msg=name)
@@ -696,12 +703,8 @@ def test_the_folds_filter_products_are_one_pass_each_way(monkeypatch):
         ((3, 3, 32, 1), ((32, 1), (32, 1))), ((3, 3, 32, 64), ((64,), (64,)))]
     assert all([op.name.split("/")[-1] for op in u.ops] == ["correction_mult", "mul_fold"]
                for u in scalings)
-    monkeypatch.setattr(fusion, "_filter_scaling", lambda op, rules: None)
-    plain, plain_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
-    assert not any(isinstance(u, fusion.FilterScaling) for u in units)
-    assert [_bits(v) for v in fused_losses] == [_bits(v) for v in plain_losses]
-    for name in plain:
-        np.testing.assert_array_equal(_bits(fused[name]), _bits(plain[name]), err_msg=name)
+    _trains_the_same_without(monkeypatch, "_filter_scaling", fusion.FilterScaling, fused,
+                             fused_losses)
 
 
 @pytest.mark.parametrize("filter_shape, vector_shape, count", [
