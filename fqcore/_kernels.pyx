@@ -650,7 +650,7 @@ cdef Py_ssize_t _float32_size(object array, str name) except -1:
 cdef const float *_float32_data(object array, str name, Py_ssize_t size) except? NULL:
     """The data of a C-contiguous float32 ndarray of `size` elements (any shape); NULL if empty."""
     if _float32_size(array, name) != size:
-        raise ValueError(f"{name} must have {size} elements (var's), got "
+        raise ValueError(f"{name} must have {size} elements, got "
                          f"{cnp.PyArray_SIZE(<cnp.ndarray>array)}")
     return <const float *>cnp.PyArray_DATA(<cnp.ndarray>array) if size > 0 else NULL
 
@@ -726,8 +726,10 @@ def vector_program(const int[:, ::1] code, const float[:, ::1] kept, tuple sourc
     _check(rc)
 
 
-# The most vectors a filter_scaling call takes (a fold has two).
-FILTER_SCALING_MAX = 8
+# The most vectors a filter_scaling call takes (a fold has two): the size of its pointer arrays.
+cdef enum:
+    _SCALING_MAX = 8
+FILTER_SCALING_MAX = _SCALING_MAX
 
 
 cdef int _scaling_operands(tuple filters, tuple vectors, Py_ssize_t size,
@@ -735,8 +737,8 @@ cdef int _scaling_operands(tuple filters, tuple vectors, Py_ssize_t size,
     """The data of a filter scaling's filters (each of `size` elements) and vectors (each of one
     element count that divides it); returns that count."""
     cdef Py_ssize_t k = len(vectors), m, columns = 0
-    if k == 0 or k > FILTER_SCALING_MAX:
-        raise ValueError(f"a filter scaling takes 1 to {FILTER_SCALING_MAX} vectors, got {k}")
+    if k == 0 or k > _SCALING_MAX:
+        raise ValueError(f"a filter scaling takes 1 to {_SCALING_MAX} vectors, got {k}")
     for m in range(k):
         if m == 0:
             columns = _float32_size(vectors[0], "vector 0")
@@ -751,8 +753,8 @@ cdef int _scaling_operands(tuple filters, tuple vectors, Py_ssize_t size,
 
 def filter_scaling(f0, tuple vectors, out):
     """f0 times each of `vectors` in turn (fq_f32_filter_scaling): `out` [k, f0's elements]."""
-    cdef const float *filter_data[8]
-    cdef const float *vector_data[8]
+    cdef const float *filter_data[_SCALING_MAX]
+    cdef const float *vector_data[_SCALING_MAX]
     cdef Py_ssize_t size = _float32_size(f0, "f0")
     cdef Py_ssize_t columns = _scaling_operands((f0,), vectors, size, filter_data, vector_data)
     cdef float *out_data = _float32_out(out, "out", size * len(vectors))
@@ -767,9 +769,9 @@ def filter_scaling(f0, tuple vectors, out):
 def filter_scaling_grad(tuple filters, tuple vectors, g, df0, tuple dvectors):
     """The gradients of a filter scaling from g (fq_f32_filter_scaling_grad): filters f_0 ..
     f_{k-1}, df0 (or None) like f_0, dvectors (each None or like its vector) written."""
-    cdef const float *filter_data[8]
-    cdef const float *vector_data[8]
-    cdef float *dvector_data[8]
+    cdef const float *filter_data[_SCALING_MAX]
+    cdef const float *vector_data[_SCALING_MAX]
+    cdef float *dvector_data[_SCALING_MAX]
     cdef Py_ssize_t k = len(vectors), m
     if len(filters) != k or len(dvectors) != k:
         raise ValueError(f"filters, vectors and dvectors must have the same length, got "

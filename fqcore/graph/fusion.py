@@ -721,8 +721,8 @@ class DebiasedMovingAverage(Unit):
         truediv = biased' / sub_2; Assign(variable, truediv)
 
     with every operand a float32 scalar: the same operations in float32 arithmetic in one C call
-    (fq_f32_debiased_average; the Pow as the op computes it), writing the three variables at the Assign's place in the plan, which
-    nothing between can see (fusion asks that nothing else writes or reads the two shadow
+    (fq_f32_debiased_average; the Pow as the op computes it), writing the three variables at the
+    Assign's place in the plan, which nothing between can see (fusion asks that nothing else writes or reads the two shadow
     variables but their own reads). A run that does not update state runs the ops one by one."""
 
     type = "DebiasedMovingAverage"
@@ -1176,8 +1176,8 @@ def _repeated_vector(op, running):
         return None
     other = _other(op, running)
     shape, filter_shape = other.shape, running.shape
-    if (other.dtype != FLOAT32 or shape is None or None in shape or not 0 < len(shape) < len(
-            filter_shape) or tuple(filter_shape[-len(shape):]) != tuple(shape)
+    if (not _fixed32(other) or not 0 < len(shape) < len(filter_shape)
+            or tuple(filter_shape[-len(shape):]) != tuple(shape)
             or vector_program.elements(other) < 2 or op.outputs[0].shape != filter_shape):
         return None
     return other

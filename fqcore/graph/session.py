@@ -245,7 +245,8 @@ class _Plan:
                 can_die.add(op)
         fusable = _fusable(order, can_die)
         self.foldable = _foldable(order, fusable, feeds)
-        rules = _rules(order, elements, feeds, fusable, self.foldable)
+        self.position = {op: i for i, op in enumerate(order)}
+        rules = _rules(order, elements, feeds, fusable, self.foldable, self.position)
         self.units = units = fusion.fuse(order, rules)
         self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
                           for op in unit.ops}
@@ -258,7 +259,6 @@ class _Plan:
                  (unit, op_def(unit.type).forward, unit.inputs, unit.outputs,
                   unit.control_inputs, unit in can_die and unit.type != "Merge")
                  for unit in units if unit not in read_ops]
-        self.position = {op: i for i, op in enumerate(order)}
         self.backprop_paths = {}
         self.reverse_codes = {}
         # (the steps, the foldable ops' outputs once a run has computed them, else None): one
@@ -386,10 +386,10 @@ def _fusable(order, can_die):
     return fusable
 
 
-def _rules(order, elements, feeds, fusable, foldable):
+def _rules(order, elements, feeds, fusable, foldable, place):
     """What fusion may do with this plan (fusion.PlanRules). A tensor that is fetched or fed is
     read outside the plan; `fusable` says which ops may join a unit; `foldable` holds the ops
-    whose outputs are the same in every run."""
+    whose outputs are the same in every run; `place` maps each op of `order` to its index."""
     readers = {}
     for op in order:
         for t in op.inputs:
@@ -411,7 +411,7 @@ def _rules(order, elements, feeds, fusable, foldable):
 
     def constant(tensor):
         return tensor.op in foldable
-    place = {op: i for i, op in enumerate(order)}
+
     def position(op):
         return place.get(op, -1)
     return fusion.PlanRules(sole_consumer, unread, readers_of, is_pinned, fusable, constant,
