@@ -688,6 +688,85 @@ def momentum(var, accum, grad, float learning_rate, float momentum, bint use_nes
     _check(rc)
 
 
+cdef cnp.ndarray _float32_operand(object array, object shape, str name):
+    """`array` as a C-contiguous float32 ndarray (of `shape`, unless None): itself, or a
+    contiguous copy of a strided one (a gradient may be a transposed product); ValueError
+    otherwise."""
+    if (not isinstance(array, cnp.ndarray) or cnp.PyArray_TYPE(<cnp.ndarray>array) != cnp.NPY_FLOAT32
+            or (shape is not None and array.shape != shape)):
+        raise ValueError(f"{name} must be a float32 array" +
+                         (f" of shape {shape}" if shape is not None else "") +
+                         f", got {type(array).__name__} {getattr(array, 'dtype', '')} "
+                         f"{getattr(array, 'shape', '')}")
+    if not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>array):
+        return cnp.PyArray_GETCONTIGUOUS(<cnp.ndarray>array)
+    return <cnp.ndarray>array
+
+
+def momentum_group(tuple variables, tuple accumulators, tuple gradients, tuple learning_rates,
+                   tuple momenta, tuple use_nesterov):
+    """TF's ApplyMomentum on each (variable, accumulator, gradient, learning rate, momentum,
+    use_nesterov) in turn (fq_f32_momentum on each, in one call): (new variables, new
+    accumulators), lists of new float32 arrays of the variables' shapes. An optimizer's step
+    over a model's variables: dozens of small arrays, where a call each cost more than the
+    arithmetic."""
+    cdef Py_ssize_t count = len(variables), k
+    lengths = (len(accumulators), len(gradients), len(learning_rates), len(momenta),
+               len(use_nesterov))
+    if any(n != count for n in lengths):
+        raise ValueError(f"variables, accumulators, gradients, learning_rates, momenta and "
+                         f"use_nesterov must have the same length, got {(count,) + lengths}")
+    operands, new_variables, new_accumulators = [], [], []
+    cdef cnp.ndarray variable, accumulator, gradient, new_variable, new_accumulator
+    cdef float **pointers = <float **>PyMem_Malloc(max(count, 1) * 5 * sizeof(float *))
+    cdef size_t *sizes = <size_t *>PyMem_Malloc(max(count, 1) * sizeof(size_t))
+    cdef float *scalars = <float *>PyMem_Malloc(max(count, 1) * 2 * sizeof(float))
+    cdef int *nesterov = <int *>PyMem_Malloc(max(count, 1) * sizeof(int))
+    cdef fq_status rc = FQ_OK
+    if pointers == NULL or sizes == NULL or scalars == NULL or nesterov == NULL:
+        PyMem_Free(pointers)
+        PyMem_Free(sizes)
+        PyMem_Free(scalars)
+        PyMem_Free(nesterov)
+        raise MemoryError("no memory for a momentum group's operands")
+    try:
+        for k in range(count):
+            variable = _float32_operand(variables[k], None, f"variable {k}")
+            shape = variables[k].shape
+            accumulator = _float32_operand(accumulators[k], shape, f"accumulator {k}")
+            gradient = _float32_operand(gradients[k], shape, f"gradient {k}")
+            new_variable = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(variable), cnp.PyArray_DIMS(variable),
+                                             cnp.NPY_FLOAT32, 0)
+            new_accumulator = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(variable),
+                                                cnp.PyArray_DIMS(variable), cnp.NPY_FLOAT32, 0)
+            operands.append((variable, accumulator, gradient))  # alive while the kernel reads
+            new_variables.append(new_variable)
+            new_accumulators.append(new_accumulator)
+            sizes[k] = cnp.PyArray_SIZE(variable)
+            scalars[2 * k] = learning_rates[k]
+            scalars[2 * k + 1] = momenta[k]
+            nesterov[k] = bool(use_nesterov[k])
+            pointers[5 * k] = <float *>cnp.PyArray_DATA(variable)
+            pointers[5 * k + 1] = <float *>cnp.PyArray_DATA(accumulator)
+            pointers[5 * k + 2] = <float *>cnp.PyArray_DATA(gradient)
+            pointers[5 * k + 3] = <float *>cnp.PyArray_DATA(new_variable)
+            pointers[5 * k + 4] = <float *>cnp.PyArray_DATA(new_accumulator)
+        with nogil:
+            for k in range(count):
+                rc = fq_f32_momentum(pointers[5 * k], pointers[5 * k + 1], pointers[5 * k + 2],
+                                     sizes[k], scalars[2 * k], scalars[2 * k + 1], nesterov[k],
+                                     pointers[5 * k + 3], pointers[5 * k + 4])
+                if rc != FQ_OK:
+                    break
+        _check(rc)
+    finally:
+        PyMem_Free(pointers)
+        PyMem_Free(sizes)
+        PyMem_Free(scalars)
+        PyMem_Free(nesterov)
+    return new_variables, new_accumulators
+
+
 def vector_program(const int[:, ::1] code, const float[:, ::1] kept, tuple sources,
                    float[:, ::1] registers):
     """Runs a straight-line program over float32 vectors (fq_f32_vector_program) whose registers

@@ -766,3 +766,93 @@ def test_filter_scaling_refuses_bad_operands():
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="dvector 0 must be writeable"):
         _kernels.filter_scaling_grad((f,), (v,), f, None, (frozen,))
+
+
+def test_the_optimizers_updates_are_one_call(monkeypatch):
+    """The demo's fourteen ApplyMomentum ops (one per trainable variable) run as one
+    MomentumUpdates; four training steps leave every variable with the bits of the ops run one
+    by one."""
+    fused, fused_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
+    updates = [u for u in units if isinstance(u, fusion.MomentumUpdates)]
+    assert len(updates) == 1 and len(updates[0].ops) == 14
+    assert {op.type for op in updates[0].ops} == {"ApplyMomentum"}
+    assert not any(getattr(u, "type", None) == "ApplyMomentum" for u in units)
+    _trains_the_same_without(monkeypatch, "_momentum_updates", fusion.MomentumUpdates, fused,
+                             fused_losses)
+
+
+def _momentum_model(updates, nesterov):
+    """A least-squares model of two variables (a matrix and a vector) trained by ApplyMomentum
+    ops with a fed learning rate, one after another: `updates` lists (variable, accumulator)
+    indices into [w, b] and into three accumulators, so a variable may be updated twice."""
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [5, 3], name="x")
+        lr = G.placeholder("float32", [], name="lr")
+        w = G.variable("w", np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2))
+        b = G.variable("b", np.array([0.5, -0.25], np.float32))
+        accumulators = [G.variable(f"accum{k}", np.full(v.shape, 0.1 * k, np.float32))
+                        for k, v in enumerate([w, b, w])]
+        y = G.add(G.matmul(x, w.read), b.read)
+        loss = G.reduce_mean(G.multiply(y, y))
+        grads = _gradients(g, loss, [w.op.outputs[0], b.op.outputs[0]])
+        momentum = G.constant(np.float32(0.9))
+        applies = [g.create_op("ApplyMomentum", [[w, b][v].op.outputs[0],
+                                                 accumulators[a].op.outputs[0], lr, grads[v],
+                                                 momentum], {"use_nesterov": nesterov}).outputs[0]
+                   for v, a in updates]
+        train = G.group(*applies)
+        init = G.global_variables_initializer()
+    session = G.Session(g)
+    session.run(init)
+    rng = np.random.default_rng(3)
+    feeds = [{"x:0": rng.standard_normal((5, 3)).astype(np.float32),
+              "lr:0": np.float32(0.05 * (k + 1))} for k in range(3)]
+    return session, train, loss, feeds
+
+
+@pytest.mark.parametrize("updates, nesterov, grouped", [
+    (((0, 0), (1, 1)), False, [2]), (((1, 1), (0, 0)), True, [2]),
+    (((0, 0), (1, 1), (0, 2)), False, [2]), (((0, 0), (0, 2), (1, 1)), True, [2]),
+    (((0, 0), (1, 1), (1, 1)), False, [2])])
+def test_momentum_updates_equal_the_ops(monkeypatch, updates, nesterov, grouped):
+    """Updates with a fed learning rate, with and without Nesterov, a variable or an accumulator
+    written twice (a group stops before the second write, which then reads the first's result):
+    the variables and accumulators have the ops' bits after three steps; a run that does not
+    update state changes nothing."""
+    session, train, loss, feeds = _momentum_model(updates, nesterov)
+    for feed in feeds:
+        session.run(train, feed)
+    plan = max(session._plans.values(), key=lambda p: len(p.steps))
+    assert [len(u.ops) for u in plan.units if isinstance(u, fusion.MomentumUpdates)] == grouped
+    values = session.variable_values()
+    session.run([train, loss], feeds[0], update_state=False)
+    after = session.variable_values()
+    for name in values:
+        np.testing.assert_array_equal(_bits(after[name]), _bits(values[name]), err_msg=name)
+    monkeypatch.setattr(fusion, "_momentum_updates", lambda op, rules: None)
+    plain_session, plain_train, _, _ = _momentum_model(updates, nesterov)
+    for feed in feeds:
+        plain_session.run(plain_train, feed)
+    plain = plain_session.variable_values()
+    assert sorted(plain) == sorted(values) == ["accum0", "accum1", "accum2", "b", "w"]
+    for name in plain:
+        np.testing.assert_array_equal(_bits(values[name]), _bits(plain[name]), err_msg=name)
+    assert not np.array_equal(plain["w"], np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2))
+
+
+def test_the_momentum_group_binding_names_what_it_refuses():
+    ok, f64 = np.ones((2, 3), np.float32), np.ones((2, 3))
+    one = (np.float32(0.1),)
+    with pytest.raises(ValueError, match=r"must have the same length, got \(1, 1, 1, 2, 1, 1\)"):
+        fqcore._kernels.momentum_group((ok,), (ok,), (ok,), one * 2, one, (False,))
+    with pytest.raises(ValueError, match="variable 0 must be a float32 array, got ndarray float64"):
+        fqcore._kernels.momentum_group((f64,), (ok,), (ok,), one, one, (False,))
+    with pytest.raises(ValueError, match=r"gradient 1 must be a float32 array of shape \(2, 3\), "
+                                         r"got ndarray float32 \(3, 2\)"):
+        fqcore._kernels.momentum_group((ok, ok), (ok, ok), (ok, ok.T), one * 2, one * 2,
+                                       (False, False))
+    with pytest.raises(ValueError, match="accumulator 0 must be a float32 array"):
+        fqcore._kernels.momentum_group((ok,), ([1.0] * 6,), (ok,), one, one, (False,))
+    new_variables, new_accumulators = fqcore._kernels.momentum_group((), (), (), (), (), ())
+    assert new_variables == [] and new_accumulators == []

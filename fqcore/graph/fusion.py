@@ -48,7 +48,10 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   gradient through the ops' own functions.
 - FilterScaling: a run of Muls of a float32 filter by vectors that repeat down its rows (the fold's
   filter times contrib's correction, then times the scale), whose intermediate filters nothing else
-  reads: one pass of fq_f32_filter_scaling forward and one for the gradient, the same bits."""
+  reads: one pass of fq_f32_filter_scaling forward and one for the gradient, the same bits.
+- MomentumUpdates: the ApplyMomentum ops an optimizer's step runs one after another (one per
+  variable, the same learning rate and momentum): one call that updates every variable with
+  fq_f32_momentum, the same bits, where a call per variable cost more than its arithmetic."""
 from collections import namedtuple
 
 import numpy as np
@@ -65,9 +68,12 @@ from .op_registry import gradient_function, op_def
 # ops of the plan that read it, in plan order; pinned(tensor), it is fetched or fed (read outside
 # the plan); fusable(op), the op may join a unit (it cannot die on a dead branch, no control edge
 # touches it); constant(tensor), it is the same in every run (the plan folds it); position(op),
-# the op's place in the plan's order (-1 for an op the plan does not run: its outputs are fed).
+# the op's place in the plan's order (-1 for an op the plan does not run: its outputs are fed);
+# live(op), no dead branch (Switch) reaches the op (control edges may touch it); following(op),
+# the op the plan runs after `op` but for ops whose value is the same wherever they run (Consts,
+# variable reads), None after the last.
 PlanRules = namedtuple("PlanRules", ["sole_consumer", "unread", "readers", "pinned", "fusable",
-                                     "constant", "position"])
+                                     "constant", "position", "live", "following"])
 
 FLOAT32 = np.dtype(np.float32)
 _ADDS = ("AddV2", "Add")
@@ -426,7 +432,8 @@ def fuse(order, rules):
                 or _statistics_only(op, rules) or _range_pair(op, rules, taken)
                 or _clipped_fake_quant(op, rules, unit_of) or _debiased_average(op, rules)
                 or _moving_average(op, rules) or _shape_function(op, rules)
-                or _vector_program(op, rules) or _filter_scaling(op, rules))
+                or _vector_program(op, rules) or _filter_scaling(op, rules)
+                or _momentum_updates(op, rules))
         earlier = [member for member in unit.ops if member in alone] if unit is not None else []
         if unit is None or (earlier and not unit.gathers_earlier_ops):
             units.append(op)
@@ -1204,3 +1211,74 @@ def _filter_scaling(op, rules):
         vectors.append(vector)
         running = reader.outputs[0]
     return FilterScaling(ops, filter_operand, vectors)
+
+
+class MomentumUpdates(Unit):
+    """ApplyMomentum ops that the plan runs one after another, on float32 variables of distinct
+    names with float32 scalar learning rates and momenta: every update in one call
+    (_kernels.momentum_group), the same bits as op by op. Nothing runs between them, and no
+    two write one variable, so no op can see the order change. A run that does not update state
+    yields the stored values, as the ops do."""
+
+    type = "MomentumUpdates"
+
+    def __init__(self, ops):
+        self.ops = ops
+        self.name = f"{ops[0].name} .. {ops[-1].name}"
+        count = len(ops)
+        # In three runs: the gradients, the learning rates, the momenta.
+        self.inputs = ([op.inputs[3] for op in ops] + [op.inputs[2] for op in ops]
+                       + [op.inputs[4] for op in ops])
+        self.runs = (slice(0, count), slice(count, 2 * count), slice(2 * count, 3 * count))
+        self.outputs = [op.outputs[0] for op in ops]
+        self.variables = tuple(op.inputs[0].op.name for op in ops)
+        self.accumulators = tuple(op.inputs[1].op.name for op in ops)
+        self.nesterov = tuple(bool(op.attrs.get("use_nesterov", False)) for op in ops)
+
+    def forward(self, op, inputs, ctx):
+        current = ctx.current_variable
+        if not ctx.update_state:
+            return tuple(map(current, self.variables))
+        gradients, learning_rates, momenta = (tuple(inputs[run]) for run in self.runs)
+        new_variables, new_accumulators = _kernels.momentum_group(
+            tuple(map(current, self.variables)), tuple(map(current, self.accumulators)),
+            gradients, learning_rates, momenta, self.nesterov)
+        for name, value in zip(self.accumulators, new_accumulators):
+            ctx.write_variable(name, value)
+        for name, value in zip(self.variables, new_variables):
+            ctx.write_variable(name, value)
+        return tuple(new_variables)
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        return [None] * len(inputs)  # variable writes: no gradient passes them, as in TF
+
+
+def _momentum_update(op, rules):
+    """Whether `op` is an ApplyMomentum a MomentumUpdates can run: no dead branch reaches it;
+    float32 variable and accumulator (two variables) of the gradient's static shape; float32
+    scalar learning rate and momentum."""
+    if op is None or op.type != "ApplyMomentum" or not rules.live(op):
+        return False
+    var, accum, lr, grad, momentum = op.inputs
+    shape = grad.shape
+    return (var.op.type == accum.op.type == "VariableV2" and var.op is not accum.op
+            and _scalar32(lr) and _scalar32(momentum) and shape is not None and None not in shape
+            and all(t.dtype == FLOAT32 and t.shape is not None and tuple(t.shape) == tuple(shape)
+                    for t in (var, accum, grad)))
+
+
+def _momentum_updates(op, rules):
+    """The MomentumUpdates of `op` and the ApplyMomentum ops the plan runs right after it, up to
+    the first that writes a variable an earlier one writes; None when there is no second."""
+    if not _momentum_update(op, rules):
+        return None
+    ops, names = [op], {op.inputs[0].op.name, op.inputs[1].op.name}
+    nxt = rules.following(op)
+    while _momentum_update(nxt, rules):
+        variables = {nxt.inputs[0].op.name, nxt.inputs[1].op.name}
+        if variables & names:
+            break
+        ops.append(nxt)
+        names |= variables
+        nxt = rules.following(nxt)
+    return MomentumUpdates(ops) if len(ops) >= 2 else None

@@ -246,7 +246,7 @@ class _Plan:
         fusable = _fusable(order, can_die)
         self.foldable = _foldable(order, fusable, feeds)
         self.position = {op: i for i, op in enumerate(order)}
-        rules = _rules(order, elements, feeds, fusable, self.foldable, self.position)
+        rules = _rules(order, elements, feeds, fusable, self.foldable, self.position, can_die)
         self.units = units = fusion.fuse(order, rules)
         self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
                           for op in unit.ops}
@@ -386,10 +386,11 @@ def _fusable(order, can_die):
     return fusable
 
 
-def _rules(order, elements, feeds, fusable, foldable, place):
+def _rules(order, elements, feeds, fusable, foldable, place, can_die):
     """What fusion may do with this plan (fusion.PlanRules). A tensor that is fetched or fed is
     read outside the plan; `fusable` says which ops may join a unit; `foldable` holds the ops
-    whose outputs are the same in every run; `place` maps each op of `order` to its index."""
+    whose outputs are the same in every run; `place` maps each op of `order` to its index;
+    `can_die` holds the ops a dead branch (Switch) can reach."""
     readers = {}
     for op in order:
         for t in op.inputs:
@@ -414,8 +415,18 @@ def _rules(order, elements, feeds, fusable, foldable, place):
 
     def position(op):
         return place.get(op, -1)
+
+    def live(op):
+        return op not in can_die
+
+    def following(op):
+        for k in range(place.get(op, len(order)) + 1, len(order)):
+            # A Const and a variable's read give the same wherever they run.
+            if order[k] not in foldable and order[k].type != "VariableV2":
+                return order[k]
+        return None
     return fusion.PlanRules(sole_consumer, unread, readers_of, is_pinned, fusable, constant,
-                            position)
+                            position, live, following)
 
 
 class _Run:
