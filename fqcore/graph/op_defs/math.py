@@ -1,4 +1,6 @@
 """Element-wise arithmetic, comparisons, reductions, MatMul and BiasAdd, with TF's gradients."""
+import math
+
 import numpy as np
 
 from ... import _kernels
@@ -141,7 +143,7 @@ def square(op, inputs, ctx):
 # -- reductions ---------------------------------------------------------------------------
 
 def _axes(op, x, axes):
-    axes = np.asarray(axes).reshape(-1)
+    axes = np.asarray(axes).reshape(-1).tolist()  # Python ints: cheaper to compare than numpy's
     rank = np.ndim(x)
     for a in axes:
         if not -rank <= a < rank:
@@ -162,7 +164,10 @@ def _reduce_infer(inputs, attrs):
 
 def _spread(op, x, reduced, grad):
     """The gradient of a sum over `reduced`: `grad` copied back over x's shape."""
-    return np.broadcast_to(_kept_axes(op, x, reduced, grad), np.shape(x)).copy()
+    grad = np.asarray(grad)
+    spread = np.empty(_shape(x), grad.dtype)
+    np.copyto(spread, _kept_axes(op, x, reduced, grad))
+    return spread
 
 
 def _sum_grad(op, inputs, outputs, grads):
@@ -173,7 +178,7 @@ def _sum_grad(op, inputs, outputs, grads):
 def _mean_grad(op, inputs, outputs, grads):
     x, axes = inputs
     reduced = _axes(op, x, axes)
-    count = int(np.prod([np.shape(x)[a] for a in reduced])) if reduced else 1
+    count = math.prod(_shape(x)[a] for a in reduced)
     g = grads[0]
     return [_spread(op, x, reduced, g / np.asarray(count, np.result_type(g))), None]
 
@@ -181,10 +186,10 @@ def _mean_grad(op, inputs, outputs, grads):
 def _kept_axes(op, x, reduced, grad):
     if op.attrs.get("keep_dims", False):
         return grad
-    shape = list(np.shape(x))
+    shape = list(_shape(x))
     for a in reduced:
         shape[a] = 1
-    return np.reshape(grad, shape)
+    return np.asarray(grad).reshape(shape)
 
 
 def _extreme_grad(op, inputs, outputs, grads):
