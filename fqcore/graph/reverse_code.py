@@ -7,11 +7,12 @@ variable's read passes its gradient on) written out in place of its call."""
 from .op_defs.array import pass_gradient
 
 
-def compile_path(path):
-    """run(values, grads, dead) for `path` (the plan's (op, gradient, summed) entries, in reverse
-    execution order): each entry whose outputs have a gradient and whose op did not die calls
-    its gradient function on the run's values and adds each input gradient it gives to `grads`
-    (summed: the (position, tensor) pairs that take one)."""
+def compile_path(path, can_die):
+    """run(values, grads, dead) for `path` (the plan's (op, gradient, summed, needed) entries, in
+    reverse execution order): each entry whose outputs have a gradient and whose op did not die
+    calls its gradient function on the run's values (a unit's with its `needed` too) and adds
+    each input gradient it gives to `grads` (summed: the (position, tensor) pairs that take
+    one). Only the ops in `can_die` (those a dead branch can reach) are looked up in `dead`."""
     scope, names = {}, {}
 
     def name_of(tensor):
@@ -20,14 +21,15 @@ def compile_path(path):
             scope[names[tensor]] = tensor
         return names[tensor]
     lines = ["def run(values, grads, dead):", "    get = grads.get"]
-    for k, (op, gradient, summed) in enumerate(path):
-        scope[f"op{k}"], scope[f"gradient{k}"] = op, gradient
+    for k, (op, gradient, summed, needed) in enumerate(path):
+        scope[f"op{k}"], scope[f"gradient{k}"], scope[f"needed{k}"] = op, gradient, needed
         outputs = [name_of(t) for t in op.outputs]
         incoming = [f"a{j}" for j in range(len(outputs))]
         for a, t in zip(incoming, outputs):
             lines.append(f"    {a} = get({t})")
         given = " or ".join(f"{a} is not None" for a in incoming) or "False"
-        lines.append(f"    if ({given}) and op{k} not in dead:")
+        alive = f" and op{k} not in dead" if op in can_die else ""
+        lines.append(f"    if ({given}){alive}:")
         if gradient is pass_gradient and len(outputs) == 1 and [p for p, _ in summed] == [0]:
             # An Identity (a variable's read): its input's gradient is its output's.
             target = name_of(summed[0][1])
@@ -36,8 +38,9 @@ def compile_path(path):
             continue
         operands = ", ".join(f"values[{name_of(t)}]" for t in op.inputs)
         results = ", ".join(f"values[{t}]" for t in outputs)
+        unit_needs = f", needed{k}" if needed is not None else ""
         lines.append(f"        r = gradient{k}(op{k}, [{operands}], [{results}], "
-                     f"[{', '.join(incoming)}])")
+                     f"[{', '.join(incoming)}]{unit_needs})")
         for position, t in summed:
             target = name_of(t)
             lines.append(f"        g = r[{position}]")

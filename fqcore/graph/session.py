@@ -5,7 +5,6 @@ A plan, made once for a set of fetches and feeds, orders the ops and fuses what 
 can do (fusion.py); a run reads the variables first, then runs the steps. After a plan's first
 successful run it keeps its constant ops' values and groups its consecutive steps into generated
 calls (step_runs.py); each Gradients op's path runs as a generated function (reverse_code.py)."""
-import functools
 import heapq
 
 import numpy as np
@@ -243,6 +242,7 @@ class _Plan:
             if op.type == "Switch" or any(t.op in can_die for t in op.inputs) or any(
                     c in can_die for c in op.control_inputs):
                 can_die.add(op)
+        self.can_die = can_die
         fusable = _fusable(order, can_die)
         self.foldable = _foldable(order, fusable, feeds)
         self.position = {op: i for i, op in enumerate(order)}
@@ -281,7 +281,8 @@ class _Plan:
         """The differentiable ops between the Gradients op's xs and its y, in reverse execution
         order: (op, gradient function, the positions and tensors of the op's inputs whose
         gradient reverse mode sums: float tensors that depend on an x, and the Hidden values
-        that carry a unit's input gradient back to another unit of the path)."""
+        that carry a unit's input gradient back to another unit of the path; for a unit, the
+        `needed` its gradient takes, else None)."""
         path = self.backprop_paths.get(gradients_op)
         if path is None:
             y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
@@ -326,9 +327,9 @@ class _Plan:
                 summed = tuple((k, t) for k, t in enumerate(step.inputs) if needs_gradient(t))
                 if isinstance(step, fusion.Unit):
                     needed = tuple(needs_gradient(t) for t in step.inputs)
-                    path.append((step, functools.partial(step.gradient, needed=needed), summed))
+                    path.append((step, step.gradient, summed, needed))
                 else:
-                    path.append((step, gradient_function(step), summed))
+                    path.append((step, gradient_function(step), summed, None))
             self.backprop_paths[gradients_op] = path
         return path
 
@@ -337,7 +338,7 @@ class _Plan:
         code = self.reverse_codes.get(gradients_op)
         if code is None:
             code = self.reverse_codes[gradients_op] = reverse_code.compile_path(
-                self.backprop_path(gradients_op))
+                self.backprop_path(gradients_op), self.can_die)
         return code
 
 
