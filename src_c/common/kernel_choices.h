@@ -1,5 +1,5 @@
 /* Walks whose speed depends on the CPU's microarchitecture, chosen at run time from what the CPU
-   is (cpuid's vendor), never from the build machine; fq_kernel_choices() (fqcore.h) says what was
+   is (cpuid's vendor and family), never from the build machine; fq_kernel_choices() (fqcore.h) says what was
    chosen. Every choice gives the same bits; the C harness forces each one on any CPU. */
 #ifndef FQ_KERNEL_CHOICES_H
 #define FQ_KERNEL_CHOICES_H
@@ -16,7 +16,10 @@ typedef enum {
     /* Rows sharing grid loads while the call's x and out fit L2; past it, one row at a time, four
        vectors a step. */
     FQ_ONE_ROW_PAST_L2 = 2,
-    FQ_ROW_WALK_COUNT = 3
+    /* As FQ_ROWS_SHARE_GRID_PAIRS_AT_4K, but the whole rows of a short period walk flat at every
+       size, not only past the last-level cache (fq_channel_forward_is_flat). */
+    FQ_SHORT_ROWS_FLAT = 3,
+    FQ_ROW_WALK_COUNT = 4
 } fq_row_walk;
 
 /* The row walk of `isa` on this CPU; fq_force_row_walk(w) makes it w for every ISA (the C harness

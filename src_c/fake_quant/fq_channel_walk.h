@@ -27,7 +27,9 @@
      throws away the memory reads in flight (Zen 4, [131072, 128]: 1.7-2.2x against 2.3-2.6x;
      [32768, 128]: 2.5x against 3.7x). The flat loop takes four vectors a step, all loaded before
      any grid load or store, as the per-tensor loop does ([131072, 128]: 1.1-1.2x against 1.6-2.1x
-     one vector at a time with software prefetch; [65536, 256]: 1.1x against 1.7-1.9x). */
+     one vector at a time with software prefetch; [65536, 256]: 1.1x against 1.7-1.9x).
+   - Zen 5, AVX-512: short rows flat at every size (FQ_SHORT_ROWS_FLAT; common/kernel_choices.c
+     has the measurements). */
 #define FQ_ROWS_PER_GRID 4
 #define FQ_PAIR_ROWS 2
 #define FQ_PAIR_VECTORS 2
@@ -36,10 +38,12 @@
 #define FQ_IN_CACHE_ELEMENTS ((size_t)1 << 21)
 #define FQ_SHORT_PERIOD ((size_t)256)
 
-/* Whether a call over `rows` rows, positions [p0, p1) of each period, walks flat. */
-static inline int fq_channel_forward_is_flat(size_t rows, size_t period, size_t p0, size_t p1) {
-    return rows * period > FQ_IN_CACHE_ELEMENTS && period <= FQ_SHORT_PERIOD && p0 == 0 &&
-           p1 == period && period % 16 == 0;
+/* Whether a call over `rows` rows, positions [p0, p1) of each period, walks flat: whole short
+   rows past the last-level cache, or at any size where the CPU's walk says so (`any_size`). */
+static inline int fq_channel_forward_is_flat(size_t rows, size_t period, size_t p0, size_t p1,
+                                             int any_size) {
+    return (any_size || rows * period > FQ_IN_CACHE_ELEMENTS) && period <= FQ_SHORT_PERIOD &&
+           p0 == 0 && p1 == period && period % 16 == 0;
 }
 
 /* Whether such a call's x and out are more than L2 holds (FQ_ONE_ROW_PAST_L2). */

@@ -413,7 +413,7 @@ FQ_INLINE void channel_forward_walk(const float *x, float *out, size_t rows,
                                     const fq_grid_table *grids, size_t p0, size_t p1,
                                     int scaled_clamp) {
     const size_t period = grids->period;
-    if (fq_channel_forward_is_flat(rows, period, p0, p1)) {
+    if (fq_channel_forward_is_flat(rows, period, p0, p1, grids->row_walk == FQ_SHORT_ROWS_FLAT)) {
         forward_flat(x, out, rows * period, grids, scaled_clamp);
         return;
     }
@@ -423,7 +423,8 @@ FQ_INLINE void channel_forward_walk(const float *x, float *out, size_t rows,
             forward_rows(x + r * period, out + r * period, grids, p0, p1, scaled_clamp, 1, FQ_ONE_ROW_VECTORS);
         return;
     }
-    if (grids->row_walk == FQ_ROWS_SHARE_GRID_PAIRS_AT_4K && period * sizeof(float) == 4096)
+    if ((grids->row_walk == FQ_ROWS_SHARE_GRID_PAIRS_AT_4K || grids->row_walk == FQ_SHORT_ROWS_FLAT) &&
+        period * sizeof(float) == 4096)
         for (; r + FQ_PAIR_ROWS <= rows; r += FQ_PAIR_ROWS)
             forward_rows(x + r * period, out + r * period, grids, p0, p1, scaled_clamp, FQ_PAIR_ROWS, FQ_PAIR_VECTORS);
     for (; r + FQ_ROWS_PER_GRID <= rows; r += FQ_ROWS_PER_GRID)

@@ -1017,9 +1017,11 @@ static void test_per_channel_flat_walk(void) {
 }
 
 /* Each row walk of the per-channel forward (common/kernel_choices.h), forced whatever this CPU is: rows 4 KiB
-   apart in and past L2, other periods past L2, and periods with a tail, on 1 to 4 threads. */
+   apart in and past L2, other periods past L2, periods with a tail, and short periods in cache
+   (flat under FQ_SHORT_ROWS_FLAT), on 1 to 4 threads. */
 static void test_per_channel_row_walks(void) {
-    const size_t shapes[][2] = {{1024, 9}, {1024, 260}, {512, 520}, {384, 700}, {1000, 300}, {48, 6000}};
+    const size_t shapes[][2] = {{1024, 9}, {1024, 260}, {512, 520}, {384, 700}, {1000, 300}, {48, 6000},
+                                {128, 576}, {16, 33}, {256, 3}, {144, 50}, {130, 40}};
     unsigned counter = 0;
     for (int walk = 0; walk < FQ_ROW_WALK_COUNT; ++walk) {
         fq_force_row_walk(walk);
