@@ -29,3 +29,23 @@ def test_every_isa_gets_both_ops_with_positive_times(capsys):
     for row in rows:
         numbers = [float(v) for v in re.findall(r"\d+\.\d+", row)]
         assert len(numbers) == 5 and all(v > 0 for v in numbers)
+
+
+@pytest.mark.skipif("avx2" not in fqcore.available_isas() or shutil.which("cc") is None,
+                    reason="needs AVX2 and cc")
+def test_the_batch_norm_table_has_every_case_of_compare_py(capsys):
+    from benchmarks.compare_batch_norm import CASES
+    isa, threads = fqcore.get_isa(), fqcore.get_num_threads()
+    try:
+        assert floor_loops.main(["--n", "4096", "--batch-norm", "--bn-batch", "1"]) == 0
+    finally:
+        fqcore.set_isa(isa)
+        fqcore.set_num_threads(threads)
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("| NHWC", "| NCHW", "| NDHWC", "| NCDHW"))]
+    assert [(row[0][2:], row[1]) for row in rows] == [
+        (fmt, "x".join(map(str, (1,) + shape[1:]))) for fmt, shape in CASES]
+    for row in rows:
+        numbers = [float(v) for v in re.findall(r"\d+\.\d+", " | ".join(row[2:]))]
+        assert len(numbers) == 5 and all(v > 0 for v in numbers)
+        assert numbers[2] == pytest.approx(numbers[1] / numbers[0], rel=0.02)

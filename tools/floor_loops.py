@@ -1,7 +1,8 @@
 """The floor under a fake-quant kernel on this CPU: how long its unavoidable arithmetic takes with no
-memory traffic at all, next to the numpy ufunc that is its memory floor and the kernel itself.
+memory traffic at all, next to the numpy ufunc that is its memory floor and the kernel itself; and,
+with --batch-norm, the memory floor of the batch-norm gradient at benchmarks/compare.py's shapes.
 
-    python tools/floor_loops.py [--n 65536] [--isa avx512|avx2]
+    python tools/floor_loops.py [--n 65536] [--isa avx512|avx2] [--batch-norm [--bn-batch N]]
 
 Each compute-only loop runs the kernel's per-vector operations, in TF's order and with TF's
 roundings, on inputs held in registers (an empty asm makes each vector a fresh input, so nothing is
@@ -11,6 +12,14 @@ is out of reach on this CPU whatever the walk: the note of issue 18 quotes this 
 - args forward: clamp (min, max), subtract, multiply, subtract, add, floor, multiply: 8 operations.
 - vars gradient: the mask (two compares) as 1.0 / 0.0, times g; and whether the vector is quiet
   (x inside, g finite) so the sums may skip it: 6 operations and a test.
+
+The batch-norm gradient cannot start its output before it has summed dy and dy * x over the whole
+batch, so it reads x and dy twice and writes dx once: five streams where np.add has three. Its loop
+does those two passes and nothing else (float32 sums, no statistics, no scale; AVX2), beside
+np.add(x, dy, out=dx) and fqcore's gradient (its target: 1.8x np.add). It bounds the floor from
+above, not below: a better walk of the same passes may be faster (fqcore's kernel beats it at some
+shapes), so where it already takes more than the target the target is out of reach only as far as
+no walk of the passes does better.
 
 Needs a C compiler (cc); builds a small library in a temporary directory.
 """
@@ -117,6 +126,80 @@ __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) 
         __asm__ volatile("" ::"r"(_mm256_movemask_ps(quiet)));
     }
 }
+
+/* The batch-norm gradient's two passes and nothing else, channels last: rows of `channels` values
+   (a multiple of 8), the per-channel sums (2 x channels floats at `sums`) in L1; even and odd rows
+   sum apart, so that no add waits on the previous row's store of the same sums. */
+__attribute__((target("avx2,fma"))) void bn_grad_two_passes_channels_last(
+        const float *x, const float *dy, float *dx, size_t rows, size_t channels, float *sums) {
+    float *even = sums, *odd = sums + 2 * channels; /* sum dy, then sum dy * x, of each channel */
+    for (size_t c = 0; c < 4 * channels; ++c) sums[c] = 0.0f;
+    for (size_t r = 0; r < rows; ++r) {
+        float *s = r % 2 ? odd : even;
+        for (size_t c = 0; c < channels; c += 8) {
+            const __m256 g = _mm256_loadu_ps(dy + r * channels + c), v = _mm256_loadu_ps(x + r * channels + c);
+            _mm256_storeu_ps(s + c, _mm256_add_ps(_mm256_loadu_ps(s + c), g));
+            _mm256_storeu_ps(s + channels + c, _mm256_add_ps(_mm256_loadu_ps(s + channels + c), _mm256_mul_ps(g, v)));
+        }
+    }
+    for (size_t c = 0; c < 2 * channels; ++c) even[c] += odd[c];
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < channels; c += 8) {
+            const __m256 g = _mm256_loadu_ps(dy + r * channels + c), v = _mm256_loadu_ps(x + r * channels + c);
+            _mm256_storeu_ps(dx + r * channels + c,
+                             _mm256_add_ps(_mm256_mul_ps(g, _mm256_loadu_ps(even + c)),
+                                           _mm256_mul_ps(v, _mm256_loadu_ps(even + channels + c))));
+        }
+}
+
+/* The same, channels first: `batch` x `channels` planes of `plane` values (a multiple of 4), each
+   plane summed in four vectors of lanes. */
+__attribute__((target("avx2,fma"))) void bn_grad_two_passes_channels_first(
+        const float *x, const float *dy, float *dx, size_t batch, size_t channels, size_t plane,
+        float *sums) {
+    for (size_t c = 0; c < 2 * channels; ++c) sums[c] = 0.0f;
+    for (size_t p = 0; p < batch * channels; ++p) {
+        const float *xp = x + p * plane, *gp = dy + p * plane;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+        __m128 a = _mm_setzero_ps(), b = a;
+        size_t i = 0;
+        for (; i + 16 <= plane; i += 16) {
+            const __m256 g0 = _mm256_loadu_ps(gp + i), g1 = _mm256_loadu_ps(gp + i + 8);
+            a0 = _mm256_add_ps(a0, g0);
+            a1 = _mm256_add_ps(a1, g1);
+            b0 = _mm256_add_ps(b0, _mm256_mul_ps(g0, _mm256_loadu_ps(xp + i)));
+            b1 = _mm256_add_ps(b1, _mm256_mul_ps(g1, _mm256_loadu_ps(xp + i + 8)));
+        }
+        for (; i < plane; i += 4) {
+            const __m128 g = _mm_loadu_ps(gp + i);
+            a = _mm_add_ps(a, g);
+            b = _mm_add_ps(b, _mm_mul_ps(g, _mm_loadu_ps(xp + i)));
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, _mm256_add_ps(a0, a1));
+        for (int l = 0; l < 8; ++l) sums[p % channels] += lanes[l];
+        _mm256_storeu_ps(lanes, _mm256_add_ps(b0, b1));
+        for (int l = 0; l < 8; ++l) sums[channels + p % channels] += lanes[l];
+        _mm_storeu_ps(lanes, a);
+        _mm_storeu_ps(lanes + 4, b);
+        for (int l = 0; l < 4; ++l) {
+            sums[p % channels] += lanes[l];
+            sums[channels + p % channels] += lanes[4 + l];
+        }
+    }
+    for (size_t p = 0; p < batch * channels; ++p) {
+        const __m256 k = _mm256_set1_ps(sums[p % channels]), m = _mm256_set1_ps(sums[channels + p % channels]);
+        const float *xp = x + p * plane, *gp = dy + p * plane;
+        float *dp = dx + p * plane;
+        size_t i = 0;
+        for (; i + 8 <= plane; i += 8)
+            _mm256_storeu_ps(dp + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(gp + i), k),
+                                                   _mm256_mul_ps(_mm256_loadu_ps(xp + i), m)));
+        for (; i < plane; i += 4)
+            _mm_storeu_ps(dp + i, _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(gp + i), _mm256_castps256_ps128(k)),
+                                             _mm_mul_ps(_mm_loadu_ps(xp + i), _mm256_castps256_ps128(m))));
+    }
+}
 """
 
 
@@ -125,7 +208,7 @@ def build_library(directory):
     library = os.path.join(directory, "floor_loops.so")
     with open(source, "w") as f:
         f.write(SOURCE)
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-ffp-contract=off", source, "-o", library],
+    subprocess.run(["cc", "-O3", "-shared", "-fPIC", "-ffp-contract=off", source, "-o", library],
                    check=True)
     return ctypes.CDLL(library)
 
@@ -149,6 +232,10 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=65536, help="elements (default 65536: in L2)")
     parser.add_argument("--isa", choices=["avx512", "avx2"], default=None,
                         help="default: every one this CPU runs")
+    parser.add_argument("--batch-norm", action="store_true",
+                        help="also the batch-norm gradient's memory floor at compare.py's shapes")
+    parser.add_argument("--bn-batch", type=int, default=None,
+                        help="the batch of those shapes (default: compare.py's)")
     args = parser.parse_args(argv)
     isas = [args.isa] if args.isa else [i for i in ("avx2", "avx512") if i in fqcore.available_isas()]
     fqcore.set_num_threads(1)
@@ -181,7 +268,50 @@ def main(argv=None):
                 t_kernel = best_time(kernel)
                 print(f"| {isa} | {name} | {t_memory * 1e6:.2f} | {t_compute * 1e6:.2f} | "
                       f"{t_compute / t_memory:.2f} | {t_kernel * 1e6:.2f} | {t_kernel / t_memory:.2f} |")
+        if args.batch_norm:
+            fqcore.set_isa(isas[-1] if isas else fqcore.get_isa())
+            batch_norm_floors(lib, args.bn_batch)
     return 0
+
+
+def batch_norm_floors(lib, batch):
+    """The batch-norm gradient table: np.add, the two passes alone, fqcore's gradient (us)."""
+    from benchmarks.compare_batch_norm import CASES, EPSILON, TARGET_GRAD
+    from fqcore.malloc import keep_freed_memory
+    keep_freed_memory()  # as compare.py: the gradient's new dx reuses freed pages
+    print(f"\nBatch-norm gradient (training), one thread, {fqcore.get_isa()}: us per call; target "
+          f"fqcore / np.add <= {TARGET_GRAD}\n")
+    print("| format | shape | np.add | two passes alone | passes / np.add | fqcore gradient | "
+          "fqcore / np.add |")
+    print("|---|---|---|---|---|---|---|")
+    pointer, size = ctypes.c_void_p, ctypes.c_size_t
+    lib.bn_grad_two_passes_channels_last.argtypes = [pointer] * 3 + [size] * 2 + [pointer]
+    lib.bn_grad_two_passes_channels_first.argtypes = [pointer] * 3 + [size] * 3 + [pointer]
+    rng = np.random.default_rng(0)
+    for fmt, shape in CASES:
+        shape = (batch or shape[0],) + shape[1:]
+        channels_last = fmt.endswith("C")
+        channels = shape[-1] if channels_last else shape[1]
+        x = rng.standard_normal(shape, dtype=np.float32)
+        dy = rng.standard_normal(shape, dtype=np.float32)
+        dx, sums = np.empty_like(x), np.empty(4 * channels, np.float32)
+        ones, zeros = np.ones(channels, np.float32), np.zeros(channels, np.float32)
+        forward = fqcore.fused_batch_norm(x, ones, zeros, epsilon=EPSILON, data_format=fmt)
+        if channels_last:
+            passes = lambda: lib.bn_grad_two_passes_channels_last(  # noqa: E731
+                x.ctypes.data, dy.ctypes.data, dx.ctypes.data, x.size // channels, channels,
+                sums.ctypes.data)
+        else:
+            passes = lambda: lib.bn_grad_two_passes_channels_first(  # noqa: E731
+                x.ctypes.data, dy.ctypes.data, dx.ctypes.data, shape[0], channels,
+                x.size // (shape[0] * channels), sums.ctypes.data)
+        t_add = best_time(lambda: np.add(x, dy, out=dx))
+        t_passes = best_time(passes)
+        t_kernel = best_time(lambda: fqcore.fused_batch_norm_grad(
+            dy, x, ones, forward.reserve_space_1, forward.reserve_space_2, forward.reserve_space_3,
+            EPSILON, fmt, True))
+        print(f"| {fmt} | {'x'.join(map(str, shape))} | {t_add * 1e6:.2f} | {t_passes * 1e6:.2f} | "
+              f"{t_passes / t_add:.2f} | {t_kernel * 1e6:.2f} | {t_kernel / t_add:.2f} |")
 
 
 if __name__ == "__main__":
