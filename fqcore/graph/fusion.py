@@ -50,8 +50,9 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   filter times contrib's correction, then times the scale), whose intermediate filters nothing else
   reads: one pass of fq_f32_filter_scaling forward and one for the gradient, the same bits.
 - MomentumUpdates: the ApplyMomentum ops an optimizer's step runs one after another (one per
-  variable, the same learning rate and momentum): one call that updates every variable with
-  fq_f32_momentum, the same bits, where a call per variable cost more than its arithmetic."""
+  variable, each with its own scalar learning rate and momentum): one call that updates every
+  variable with fq_f32_momentum, the same bits, where a call per variable cost more than its
+  arithmetic."""
 from collections import namedtuple
 
 import numpy as np
