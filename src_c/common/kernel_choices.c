@@ -48,7 +48,8 @@ static int forced = -1;
    Vars, one thread, two runs each: [3, 3, 64, 128] 1.18-1.23x against 1.28-1.30x with shared rows,
    [8192, 128] 1.01x against 1.10-1.43x, [3, 3, 32, 64] 1.07-1.19x against 1.24-1.25x, [576, 32]
    1.07-1.11x against 1.23-1.29x, [64, 256] 1.19-1.24x against 1.49-1.51x; on its AVX2 path shared
-   rows stay as fast or faster (0.88-0.96x against 0.93-1.01x).
+   rows were faster in 8 of 10 such runs over five short-period shapes (0.88-1.01x against
+   0.92-1.01x flat), so it keeps them.
    Intel Xeon (Sapphire Rapids class), past L2: one row at a time with four vectors loaded ahead
    matches the per-tensor forward wherever out sits against x, where rows sharing grid loads lose
    up to 1.5x; NEON, never measured past L2 with shared rows, keeps the one-row walk it had. */
