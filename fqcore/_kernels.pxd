@@ -142,9 +142,13 @@ cdef extern from "fqcore.h" nogil:
                             size_t m, size_t depth, size_t n, float *c)
 
     fq_status fq_f32_pow(const float *x, const float *y, size_t n, float *out)
-    void fq_f32_debiased_average(float read, float value, float decay_complement,
-                                 float increment, float base, float one, float biased,
-                                 float step, float *out)
+    ctypedef enum fq_tracker_clamp:
+        FQ_CLAMP_NONE
+        FQ_CLAMP_MINIMUM
+        FQ_CLAMP_MAXIMUM
+    void fq_f32_tracker_step(float extreme, fq_tracker_clamp clamp, float bound, float read,
+                             float decay_complement, float increment, float base, float one,
+                             float biased, float step, float *out)
     fq_status fq_f32_momentum(const float *var, const float *accum, const float *grad, size_t n,
                               float learning_rate, float momentum, int use_nesterov,
                               float *new_var, float *new_accum)

@@ -655,13 +655,59 @@ cdef const float *_float32_data(object array, str name, Py_ssize_t size) except?
     return <const float *>cnp.PyArray_DATA(<cnp.ndarray>array) if size > 0 else NULL
 
 
-def debiased_average(float read, float value, float decay_complement, float increment,
-                     float base, float one, float biased, float step):
-    """(biased', step', average) of one zero-debiased moving-average step on float32 scalars
-    (fq_f32_debiased_average): a range tracker's eight ops."""
+def tracker_step(float extreme, int clamp, float bound, float read, float decay_complement,
+                 float increment, float base, float one, float biased, float step):
+    """(biased', step', average) of a range tracker's step on float32 scalars (fq_f32_tracker_step):
+    the extreme clamped (clamp 0: not; 1: Minimum(extreme, bound); 2: Maximum(extreme, bound)),
+    then one zero-debiased moving-average step: a range tracker's nine ops."""
     cdef float out[3]
-    fq_f32_debiased_average(read, value, decay_complement, increment, base, one, biased, step, out)
+    fq_f32_tracker_step(extreme, _clamp(clamp), bound, read, decay_complement, increment, base,
+                        one, biased, step, out)
     return out[0], out[1], out[2]
+
+
+cdef fq_tracker_clamp _clamp(int clamp) except *:
+    if clamp not in (FQ_CLAMP_NONE, FQ_CLAMP_MINIMUM, FQ_CLAMP_MAXIMUM):
+        raise ValueError(f"clamp must be 0 (none), 1 (minimum) or 2 (maximum), got {clamp}")
+    return <fq_tracker_clamp>clamp
+
+
+cdef object _float32_scalar(float value):
+    """A new 0-d float32 array holding `value`."""
+    cdef cnp.ndarray array = cnp.PyArray_EMPTY(0, NULL, cnp.NPY_FLOAT32, 0)
+    (<float *>cnp.PyArray_DATA(array))[0] = value
+    return array
+
+
+cdef void _tracker_side(tuple side, float extreme, str name, float out[3]) except *:
+    """fq_f32_tracker_step of `extreme` with `side`'s (clamp, bound, read, decay_complement,
+    increment, base, one, biased, step)."""
+    if len(side) != 9:
+        raise ValueError(f"{name} must be (clamp, bound, read, decay_complement, increment, base, "
+                         f"one, biased, step), got {len(side)} values")
+    fq_f32_tracker_step(extreme, _clamp(side[0]), side[1], side[2], side[3], side[4], side[5],
+                        side[6], side[7], side[8], out)
+
+
+def range_trackers(x, tuple low, tuple high):
+    """Both range trackers of a tensor in one call: x's per-tensor min and max (fq_f32_range; x a
+    C-contiguous float32 array of any shape), the min through tracker_step with `low`'s
+    (clamp, bound, read, decay_complement, increment, base, one, biased, step) and the max with
+    `high`'s. Returns (low average, high average, low biased', low step', high biased', high
+    step'), each a new 0-d float32 array."""
+    cdef Py_ssize_t n = _float32_size(x, "x")
+    cdef const float *data = <const float *>cnp.PyArray_DATA(<cnp.ndarray>x)
+    cdef float extremes[2]
+    cdef float a[3]
+    cdef float b[3]
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_range(data, n, 1, &extremes[0], &extremes[1])
+    _check(rc)
+    _tracker_side(low, extremes[0], "low", a)
+    _tracker_side(high, extremes[1], "high", b)
+    return (_float32_scalar(a[2]), _float32_scalar(b[2]), _float32_scalar(a[0]),
+            _float32_scalar(a[1]), _float32_scalar(b[0]), _float32_scalar(b[1]))
 
 
 cdef float *_float32_out(object array, str name, Py_ssize_t size) except? NULL:

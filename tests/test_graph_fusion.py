@@ -1,12 +1,15 @@
 """Plan-time fusion (fqcore/graph/fusion.py): which runs of ops become one kernel call, and that a
 fused run gives the unfused ops' forward values bit for bit and their gradients to float32's
 precision (its sums are float64, numpy's float32)."""
+import itertools
+
 import numpy as np
 import pytest
 
 import fqcore
 import fqcore.graph as G
 from fqcore.graph import fusion, nn_numpy
+from fqcore.graph.op_defs import math as math_ops
 
 
 def _unfused(monkeypatch):
@@ -510,7 +513,9 @@ def _demo_steps(steps, update_state=True, fetch_extra=(), batch_sizes=(64,)):
 
 
 def _averages(units):
-    return [u for u in units if isinstance(u, fusion.DebiasedMovingAverage)]
+    """The plan's DebiasedMovingAverages: units of their own and those a RangePair runs."""
+    return [u for u in units if isinstance(u, fusion.DebiasedMovingAverage)] + [
+        a for u in units if isinstance(u, fusion.RangePair) for a in u.averages if a is not None]
 
 
 def _bits(value):
@@ -528,8 +533,9 @@ def _without_tracker_units(monkeypatch):
 
 def test_range_trackers_run_as_few_steps_with_the_same_bits(monkeypatch):
     """contrib's range trackers in the demo: the weights' five store their batch range (clamp and
-    Assign) in their RangePair; the activations' six each make two zero-debiased moving averages,
-    a step each with the clamp before it. The four batch norms' moving averages are a step each,
+    Assign) in their RangePair; the activations' six each make two zero-debiased moving averages
+    with the clamp before each, which their RangePair runs in the same call as the range. The
+    four batch norms' moving averages are a step each,
     their Bessel factors one per batch size. Four training steps (batches of 64, 32, 64, 32)
     leave every variable with the bits of the plan that runs those ops one by one, the other
     fusions being the same."""
@@ -541,6 +547,9 @@ def test_range_trackers_run_as_few_steps_with_the_same_bits(monkeypatch):
         ("Size", "Cast", "RealDiv", "Cast", "Sub", "RealDiv")}
     averages = _averages(units)
     assert len(averages) == 12
+    pairs = [u for u in units if isinstance(u, fusion.RangePair) and u.both_averaged]
+    assert len(pairs) == 6 and not any(isinstance(u, fusion.DebiasedMovingAverage) for u in units)
+    assert all(u.runs_at is u.averages[1].ops[-1] for u in pairs)  # the later Assign
     assert {tuple(op.type for op in u.ops) for u in averages} == {
         (clamp, "Sub", "Mul", "AssignSub", "AssignAdd", "Pow", "Sub", "RealDiv", "Assign")
         for clamp in ("Minimum", "Maximum")}
@@ -856,3 +865,63 @@ def test_the_momentum_group_binding_names_what_it_refuses():
         fqcore._kernels.momentum_group((ok,), ([1.0] * 6,), (ok,), one, one, (False,))
     new_variables, new_accumulators = fqcore._kernels.momentum_group((), (), (), (), (), ())
     assert new_variables == [] and new_accumulators == []
+
+
+def _tracker_ops(extreme, clamp, bound, read, decay_complement, increment, base, one, biased,
+                 step):
+    """A range tracker's nine ops on float32 scalars as the unfused plan runs them (numpy's
+    float32 scalar operations, the Pow op's power): (biased', step', average)."""
+    f32 = [np.array(v, np.float32) for v in (extreme, bound, read, decay_complement, increment,
+                                              base, one, biased, step)]
+    extreme, bound, read, decay_complement, increment, base, one, biased, step = f32
+    value = {0: extreme, 1: np.minimum(extreme, bound), 2: np.maximum(extreme, bound)}[clamp]
+    new_biased = np.subtract(biased, np.multiply(np.subtract(read, value), decay_complement))
+    new_step = np.add(step, increment)
+    power = math_ops.power(base, new_step)
+    return new_biased, new_step, np.divide(new_biased, np.subtract(one, power))
+
+
+@pytest.mark.parametrize("clamp", [0, 1, 2])
+def test_a_tracker_step_has_the_ops_bits_on_special_values(clamp):
+    """fq_f32_tracker_step (one range tracker's clamp and debiased moving average, as a RangePair
+    or a DebiasedMovingAverage runs it) against the ops one by one, every extreme against every
+    bound of SPECIAL (NaNs of both signs, infinities, zeros of both signs, subnormals): the
+    clamp keeps numpy's choices (a NaN wins, the first of two; of equal values the second)."""
+    # A read and a biased value of -0 carry the sign of the clamp's zero into biased'.
+    for extreme, bound, read, biased in itertools.product(SPECIAL, SPECIAL, (0.25, -0.0),
+                                                          (-0.5, -0.0)):
+        operands = (clamp, bound, np.float32(read), np.float32(0.01), np.float32(1.0),
+                    np.float32(0.99), np.float32(1.0), np.float32(biased), np.float32(6.0))
+        got = fqcore._kernels.tracker_step(extreme, *operands)
+        want = _tracker_ops(extreme, *operands)
+        assert _bits(got).tolist() == _bits(want).tolist(), (extreme, bound, read, biased)
+        # The same through range_trackers, x holding the extreme and a 1 (the range kernel's
+        # min and max, as the Min and Max ops give them, each through its side's step).
+        x = np.array([extreme, 1.0], np.float32)
+        low, high = np.empty(1, np.float32), np.empty(1, np.float32)
+        fqcore._kernels.batch_range(x, low, high)
+        pair = fqcore._kernels.range_trackers(x, operands, operands[:2] + (7.0,) + operands[3:])
+        want_low = _tracker_ops(low[0], *operands)
+        want_high = _tracker_ops(high[0], *operands[:2], 7.0, *operands[3:])
+        assert _bits(pair).tolist() == _bits([want_low[2], want_high[2], *want_low[:2],
+                                              *want_high[:2]]).tolist(), (extreme, bound)
+
+
+def test_range_trackers_takes_the_range_of_the_whole_tensor_and_names_what_it_refuses():
+    x = np.array([[3.0, -2.0], [0.5, 7.0]], np.float32)
+    # Decay complement 1, base 0.5: biased' is the extreme, the average twice it.
+    side = (0, 0.0, 0.0, 1.0, 1.0, 0.5, 1.0, 0.0, 0.0)
+    results = fqcore._kernels.range_trackers(x, side, side)
+    assert [float(r) for r in results] == [-4.0, 14.0, -2.0, 1.0, 7.0, 1.0]
+    assert all(r.shape == () and r.dtype == np.float32 for r in results)
+    with pytest.raises(ValueError, match="x must be a C-contiguous float32 array"):
+        fqcore._kernels.range_trackers(x.T, side, side)
+    with pytest.raises(ValueError, match="x must be a C-contiguous float32 array"):
+        fqcore._kernels.range_trackers(x.astype(np.float64), side, side)
+    with pytest.raises(ValueError, match=r"high must be \(clamp, bound, .*\), got 8 values"):
+        fqcore._kernels.range_trackers(x, side, side[:8])
+    with pytest.raises(ValueError, match="clamp must be 0 \\(none\\), 1 \\(minimum\\) or 2 "
+                                         "\\(maximum\\), got 3"):
+        fqcore._kernels.range_trackers(x, (3,) + side[1:], side)
+    with pytest.raises(ValueError, match="clamp must be .*, got -1"):
+        fqcore._kernels.tracker_step(1.0, -1, *side[1:])

@@ -467,30 +467,46 @@ class RangePair(Unit):
     batch min and max): both from one fq_f32_range pass, where the earlier of the two ran. Each
     of the two may carry a tail that stores it (a last-value tracker's): a Minimum or Maximum with
     a constant scalar, then an Assign of a float32 scalar variable that nothing else writes, the
-    same operations (`tails`, per output; the unit's output is then the Assign's)."""
+    same operations (`tails`, per output; the unit's output is then the Assign's); or a
+    DebiasedMovingAverage of it (a moving-average tracker's, `averages`),
+    which then runs here, its variables written by nothing else: the pair then runs where the
+    last of its ops ran (`last`). A pair whose two extremes are both averaged steps in one call
+    (range_trackers)."""
 
     type = "RangePair"
 
-    def __init__(self, first, second, axes, tails=((), ())):
-        self.ops = [first, second] + [member for tail in tails for member in tail]
+    def __init__(self, first, second, axes, tails=((), ()), averages=(None, None), last=None):
+        self.ops = [first, second] + [member for tail in tails for member in tail] + [
+            member for average in averages if average is not None for member in average.ops]
         self.name = f"{first.name}+{second.name}"
         self.tails = tails
-        self.inputs = [first.inputs[0]]
+        self.averages = averages
+        # x, then each average's operands but the extreme (`starts`: where they begin).
+        self.inputs, self.starts = [first.inputs[0]], []
+        for average in averages:
+            self.starts.append(len(self.inputs))
+            if average is not None:
+                self.inputs.extend(average.inputs[1:])
         # The clamps' constants, as the Const ops hold them (the plan may run those after the
         # unit's place in its first run).
         self.bounds = {member: constant_value(_other(member, _input_of(member, head)))
                        for head, tail in zip((first, second), tails)
                        for member in tail[:1] if member.type in _CLAMPS}
-        self.outputs = [tail[-1].outputs[0] if tail else head.outputs[0]
-                        for head, tail in zip((first, second), tails)]
+        self.outputs = [average.outputs[0] if average is not None else
+                        tail[-1].outputs[0] if tail else head.outputs[0]
+                        for head, tail, average in zip((first, second), tails, averages)]
         self.axes = axes
         self.layouts = {}  # x's shape -> range_layout
         # float32_range gives (min, max): which of the two each output is.
         self.picks = (0, 1) if first.type == "Min" else (1, 0)
+        self.both_averaged = None not in averages
+        self._runs_at = last or first
+        # An average's step counter may run before the pair's first op: it joins the unit.
+        self.gathers_earlier_ops = averages != (None, None)
 
     @property
     def runs_at(self):
-        return self.ops[0]
+        return self._runs_at
 
     def forward(self, op, inputs, ctx):
         x = inputs[0]
@@ -500,15 +516,33 @@ class RangePair(Unit):
             layout = range_layout(self.ops[0], x, self.axes)
             if layout is None:  # a run-time x the ranges do not cover (rank 0, not float32)
                 heads = [op_def(m.type).forward(m, [x, self.axes], ctx)[0] for m in self.ops[:2]]
-                return self._stored(heads, ctx)
+                return self._stored(heads, inputs, ctx)
             self.layouts[x.shape] = layout
+        if self.both_averaged and ctx.update_state and layout == (1, ()):
+            return self._both_averaged(x, inputs, ctx)
         extremes = float32_range(x, layout)
-        return self._stored([extremes[self.picks[0]], extremes[self.picks[1]]], ctx)
+        return self._stored([extremes[self.picks[0]], extremes[self.picks[1]]], inputs, ctx)
 
-    def _stored(self, heads, ctx):
-        """The two outputs: each extreme through its tail (clamp, then store)."""
+    def _both_averaged(self, x, inputs, ctx):
+        """Both outputs when both extremes are averaged: the range and the two steps in one call."""
+        sides = [average.operands(inputs[start:start + len(average.inputs) - 1], ctx)
+                 for average, start in zip(self.averages, self.starts)]
+        low, high = sides[self.picks[0]], sides[self.picks[1]]
+        results = _kernels.range_trackers(np.ascontiguousarray(x), low, high)
+        # (average, biased', step') of the min and of the max, in the outputs' order.
+        steps = (results[0], results[2], results[3]), (results[1], results[4], results[5])
+        steps = steps[self.picks[0]], steps[self.picks[1]]
+        for average, (value, biased, step) in zip(self.averages, steps):
+            average.store(biased, step, value, ctx)
+        return steps[0][0], steps[1][0]
+
+    def _stored(self, heads, inputs, ctx):
+        """The two outputs: each extreme through its tail (clamp, then store) or its average."""
         outputs = []
-        for value, tail in zip(heads, self.tails):
+        for value, tail, average, start in zip(heads, self.tails, self.averages, self.starts):
+            if average is not None:
+                operands = inputs[start:start + len(average.inputs) - 1]
+                value = average.forward(None, [value] + operands, ctx)[0]
             for member in tail:
                 if member.type in _CLAMPS:
                     value = _CLAMPS[member.type](value, self.bounds[member])
@@ -522,19 +556,23 @@ class RangePair(Unit):
 
     def gradient(self, op, inputs, outputs, grads, needed):
         # Each op's gradient as TF takes it; the two are added before they join x's other
-        # gradients (the unfused plan adds them one by one). A stored output takes none (no
-        # gradient passes an Assign).
+        # gradients (the unfused plan adds them one by one). A stored or averaged output takes
+        # none (no gradient passes an Assign).
         dx = None
-        for member, tail, output, grad in zip(self.ops, self.tails, outputs, grads):
-            if grad is not None and not tail:
+        for member, tail, average, output, grad in zip(self.ops, self.tails, self.averages,
+                                                       outputs, grads):
+            if grad is not None and not tail and average is None:
                 part = op_def(member.type).gradient(member, [inputs[0], self.axes], [output],
                                                     [grad])[0]
                 dx = part if dx is None else dx + part
-        return [dx]
+        return [dx] + [None] * (len(inputs) - 1)
 
 
 # The clamps a range tracker applies to its batch range, as their ops compute them.
 _CLAMPS = {"Minimum": np.minimum, "Maximum": np.maximum}
+# fq_f32_tracker_step's codes for them (fq_clamp), and for no clamp.
+_CLAMP_CODES = {"Minimum": 1, "Maximum": 2}
+_NO_CLAMP = 0
 
 
 def _input_of(op, producer):
@@ -559,6 +597,22 @@ def _stored_tail(extreme, rules):
             or not _scalar32(reader.inputs[0]) or not _sole_writer(reader, rules)):
         return ()
     return tuple(tail + [reader])
+
+
+def _averaged_tail(extreme, rules):
+    """The DebiasedMovingAverage of `extreme` (a RangePair output) if the pair may run it: the
+    extreme is the clamp's first operand or the Sub's value, nothing else reads it, and nothing
+    else writes its variable (its write moves); else None."""
+    reader = rules.sole_consumer(extreme)
+    sub = rules.sole_consumer(reader.outputs[0]) if reader is not None and reader.type in _CLAMPS \
+        else reader
+    if sub is None or sub.type != "Sub":
+        return None
+    average = _debiased_average(sub, rules)
+    if average is None or average.inputs[0] is not extreme or not _sole_writer(
+            average.ops[-1], rules):
+        return None
+    return average
 
 
 def _sole_writer(writer, rules):
@@ -587,7 +641,20 @@ def _range_pair(op, rules, taken):
         if (partner_axes is not None and partner.attrs.get("keep_dims", False) == keep
                 and np.array_equal(partner_axes, axes)):
             tails = tuple(_stored_tail(m.outputs[0], rules) for m in (op, partner))
-            return RangePair(op, partner, np.asarray(axes), tails)
+            averages = tuple(None if tail else _averaged_tail(m.outputs[0], rules)
+                             for m, tail in zip((op, partner), tails))
+            if averages == (None, None):
+                return RangePair(op, partner, np.asarray(axes), tails)
+            # With an average the pair runs where its last op ran, if its outputs are read
+            # only after that.
+            ops = [op, partner] + [m for tail in tails for m in tail] + [
+                m for average in averages if average is not None for m in average.ops]
+            last = max(ops, key=rules.position)
+            outputs = [t for m in ops for t in m.outputs]
+            if any(rules.position(r) <= rules.position(last) and r not in ops
+                   for t in outputs for r in rules.readers(t)):
+                averages, last = (None, None), None
+            return RangePair(op, partner, np.asarray(axes), tails, averages, last)
     return None
 
 
@@ -743,25 +810,39 @@ class DebiasedMovingAverage(Unit):
         self.ops = ops
         self.name = ops[-1].name
         sub, mul, assign_sub, assign_add, pow_, sub_2, _, assign = ops[-8:]
-        self.clamp = _CLAMPS[ops[0].type] if len(ops) == 9 else None
-        values = list(ops[0].inputs) if self.clamp else [sub.inputs[1]]
-        self.inputs = [sub.inputs[0]] + values + [_other(mul, sub.outputs[0]), assign_add.inputs[1],
-                                                  pow_.inputs[0], sub_2.inputs[0]]
+        # fq_f32_tracker_step's clamp: Minimum or Maximum(extreme, bound), or none.
+        self.clamp = _CLAMP_CODES[ops[0].type] if len(ops) == 9 else _NO_CLAMP
+        # The extreme and the bound (a constant stand-in without a clamp), then the step's operands.
+        values = list(ops[0].inputs) if len(ops) == 9 else [sub.inputs[1], None]
+        self.inputs = values + [sub.inputs[0], _other(mul, sub.outputs[0]), assign_add.inputs[1],
+                                pow_.inputs[0], sub_2.inputs[0]]
         self.outputs = [assign.outputs[0]]
         self.variables = [op.inputs[0].op.name for op in (assign_sub, assign_add, assign)]
+        if values[1] is None:
+            del self.inputs[1]
+
+    def operands(self, inputs, ctx):
+        """fq_f32_tracker_step's operands but the extreme, from the unit's inputs but the first
+        and the variables: (clamp, bound, read, decay_complement, increment, base, one, biased,
+        step)."""
+        biased_name, step_name, _ = self.variables
+        bound = inputs[0] if self.clamp != _NO_CLAMP else 0.0
+        return (self.clamp, bound, *inputs[-5:], ctx.current_variable(biased_name),
+                ctx.current_variable(step_name))
+
+    def store(self, biased, step, average, ctx):
+        """Writes the step's three variables (new arrays)."""
+        biased_name, step_name, name = self.variables
+        ctx.write_variable(biased_name, biased)
+        ctx.write_variable(step_name, step)
+        ctx.write_variable(name, average)
 
     def forward(self, op, inputs, ctx):
         if not ctx.update_state:
             return tuple(_op_by_op(self.ops, zip(self.inputs, inputs), self.outputs, ctx))
-        if self.clamp is not None:
-            inputs = [inputs[0], self.clamp(inputs[1], inputs[2])] + inputs[3:]
-        biased_name, step_name, name = self.variables
-        biased, step, average = _kernels.debiased_average(
-            *inputs, ctx.current_variable(biased_name), ctx.current_variable(step_name))
+        biased, step, average = _kernels.tracker_step(inputs[0], *self.operands(inputs[1:], ctx))
         average = np.array(average, FLOAT32)
-        ctx.write_variable(biased_name, np.float32(biased))
-        ctx.write_variable(step_name, np.float32(step))
-        ctx.write_variable(name, average)
+        self.store(np.array(biased, FLOAT32), np.array(step, FLOAT32), average, ctx)
         return (average,)
 
     def gradient(self, op, inputs, outputs, grads, needed):

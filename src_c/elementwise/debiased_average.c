@@ -1,8 +1,11 @@
 /* One step of a zero-debiased moving average of a float32 scalar (fq_f32_debiased_average, see
-   fqcore.h): contrib's range trackers run two per activation every training step, eight graph ops
+   fqcore.h), and a range tracker's step around it (fq_f32_tracker_step: the batch extreme's clamp
+   first): contrib's range trackers run two per activation every training step, nine graph ops
    each, where the numpy scalar operations cost a microsecond apiece and the step's arithmetic a few
    nanoseconds. Each operation rounds to float32 as numpy's float32 scalars do (built with
    -ffp-contract=off); the power is fq_f32_pow's, as TF's Pow computes it. */
+#include <math.h>
+
 #include "../include/fqcore.h"
 
 void fq_f32_debiased_average(float read, float value, float decay_complement, float increment,
@@ -14,4 +17,25 @@ void fq_f32_debiased_average(float read, float value, float decay_complement, fl
     out[0] = new_biased;
     out[1] = new_step;
     out[2] = new_biased / (one - power);
+}
+
+/* numpy's minimum and maximum of two float32 scalars: a NaN wins, the first one if both are; of
+   two equal values (-0 and +0 among them) the second. */
+static float numpy_minimum(float a, float b) {
+    if (isnan(a) || isnan(b)) return isnan(a) ? a : b;
+    return a < b ? a : b;
+}
+
+static float numpy_maximum(float a, float b) {
+    if (isnan(a) || isnan(b)) return isnan(a) ? a : b;
+    return a > b ? a : b;
+}
+
+void fq_f32_tracker_step(float extreme, fq_tracker_clamp clamp, float bound, float read,
+                         float decay_complement, float increment, float base, float one,
+                         float biased, float step, float out[3]) {
+    const float value = clamp == FQ_CLAMP_MINIMUM   ? numpy_minimum(extreme, bound)
+                        : clamp == FQ_CLAMP_MAXIMUM ? numpy_maximum(extreme, bound)
+                                                    : extreme;
+    fq_f32_debiased_average(read, value, decay_complement, increment, base, one, biased, step, out);
 }

@@ -324,6 +324,35 @@ static void test_debiased_average(void) {
     expect(bad == 0, "debiased average: %zu steps differ from the formula", bad);
 }
 
+/* A tracker step's clamp, seen through biased' (read and biased -0, decay complement 1, so
+   biased' is the clamped value, the sign of a zero included): numpy's minimum and maximum of
+   float32 scalars, a NaN winning (the first of two) and the second of two equal values. */
+static void test_tracker_clamp(void) {
+    const float nan_a = copysignf(NAN, 1.0f), nan_b = copysignf(NAN, -1.0f);
+    const struct {
+        float extreme;
+        fq_tracker_clamp clamp;
+        float bound, want;
+    } cases[] = {
+        {-3.0f, FQ_CLAMP_MINIMUM, 0.0f, -3.0f}, {3.0f, FQ_CLAMP_MINIMUM, 0.0f, 0.0f},
+        {-3.0f, FQ_CLAMP_MAXIMUM, 0.0f, 0.0f},  {3.0f, FQ_CLAMP_MAXIMUM, 0.0f, 3.0f},
+        {-0.0f, FQ_CLAMP_MINIMUM, 0.0f, 0.0f},  {0.0f, FQ_CLAMP_MINIMUM, -0.0f, -0.0f},
+        {-0.0f, FQ_CLAMP_MAXIMUM, 0.0f, 0.0f},  {0.0f, FQ_CLAMP_MAXIMUM, -0.0f, -0.0f},
+        {nan_a, FQ_CLAMP_MINIMUM, 1.0f, nan_a}, {1.0f, FQ_CLAMP_MINIMUM, nan_b, nan_b},
+        {nan_a, FQ_CLAMP_MAXIMUM, nan_b, nan_a}, {nan_b, FQ_CLAMP_MAXIMUM, nan_a, nan_b},
+        {5.0f, FQ_CLAMP_NONE, 0.0f, 5.0f},      {-0.0f, FQ_CLAMP_NONE, 0.0f, -0.0f},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
+        float out[3];
+        fq_f32_tracker_step(cases[k].extreme, cases[k].clamp, cases[k].bound, -0.0f, 1.0f, 1.0f,
+                            0.5f, 1.0f, -0.0f, 0.0f, out);
+        expect(same(out[0], cases[k].want) && signbit(out[0]) == signbit(cases[k].want),
+               "tracker clamp %zu: %g (clamp %d) with %g gave %g, want %g", k,
+               (double)cases[k].extreme, (int)cases[k].clamp, (double)cases[k].bound,
+               (double)out[0], (double)cases[k].want);
+    }
+}
+
 int main(void) {
     static const harness_section sections[] = {
         {"statuses", test_statuses},
@@ -334,6 +363,7 @@ int main(void) {
         {"vector program: refused programs write nothing, NULL pointers", test_vector_program_statuses},
         {"filter scaling: products, gradients, sums from the first row", test_filter_scaling},
         {"debiased average: tracker steps against the formula", test_debiased_average},
+        {"tracker step: the clamp's NaNs and signed zeros as numpy's", test_tracker_clamp},
     };
     return harness_main("C kernel harness (element-wise: pow, momentum, vector programs, filter "
                         "scaling, debiased averages)", sections,
