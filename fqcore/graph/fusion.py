@@ -22,7 +22,9 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
 - BatchNormStatistics: a training FusedBatchNormV3 whose y nothing reads (the batch norm the
   fold replaced, kept for its statistics): the statistics without the pass that makes y.
 - RangePair: a Min and a Max of the same float32 tensor (a range tracker's batch range): one
-  pass for both, the same bits (the ops use the same kernel alone).
+  pass for both, the same bits (the ops use the same kernel alone); with the DebiasedMovingAverage
+  of each extreme (a moving-average tracker) the range, the clamps and both averages' steps are
+  one call (range_trackers).
 - ConvStatistics: a 1x1 Conv2D whose output only a BatchNormStatistics with contrib's
   FoldFusedBatchNormGrad reads (and ops that ask only its shape), where the input has fewer
   channels than the output: the statistics from the input's moments (conv_statistics.py), never
@@ -32,8 +34,9 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   chain's gradient pass (ClippedGradient), the same bits, one pass over the tensor fewer.
 - DebiasedMovingAverage: contrib's zero-debiased moving average of a range value (a range
   tracker's AssignMinEma / AssignMaxEma: eight float32 scalar ops, three of them variable writes)
-  as one step in float32 scalar arithmetic, the same bits (IEEE float32 operations round alike in
-  any form), where the eight calls cost a range tracker more than its pass over the tensor.
+  and its clamp as one step in float32 scalar arithmetic (fq_f32_tracker_step), the same bits
+  (IEEE float32 operations round alike in any form), where the nine calls cost a range tracker
+  more than its pass over the tensor; in a RangePair where the pair can run it.
 - MovingAverage: assign_moving_average without debiasing (a batch norm's moving mean and
   variance: Sub, Mul by a scalar, AssignSub) as one step, the same numpy operations.
 - ShapeFunction: ops that compute from a tensor's shape and the plan's constants alone (a batch
