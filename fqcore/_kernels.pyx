@@ -718,22 +718,6 @@ cdef float *_float32_out(object array, str name, Py_ssize_t size) except? NULL:
     return <float *>data
 
 
-def momentum(var, accum, grad, float learning_rate, float momentum, bint use_nesterov, new_var,
-             new_accum):
-    """TF's ApplyMomentum into new_var and new_accum (fq_f32_momentum): C-contiguous float32
-    arrays of var's element count, of any shape (new_var and new_accum are written)."""
-    cdef fq_status rc
-    cdef Py_ssize_t n = _float32_size(var, "var")
-    cdef const float *v = _float32_data(var, "var", n)
-    cdef const float *a = _float32_data(accum, "accum", n)
-    cdef const float *g = _float32_data(grad, "grad", n)
-    cdef float *out_var = _float32_out(new_var, "new_var", n)
-    cdef float *out_accum = _float32_out(new_accum, "new_accum", n)
-    with nogil:
-        rc = fq_f32_momentum(v, a, g, n, learning_rate, momentum, use_nesterov, out_var, out_accum)
-    _check(rc)
-
-
 cdef cnp.ndarray _float32_operand(object array, object shape, str name):
     """`array` as a C-contiguous float32 ndarray (of `shape`, unless None): itself, or a
     contiguous copy of a strided one (a gradient may be a transposed product); ValueError

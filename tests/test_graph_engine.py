@@ -506,23 +506,6 @@ def test_momentum_update_has_the_float32_formula_bits(nesterov):
                                   expect_accum.view(np.uint32))
 
 
-def test_the_momentum_kernels_binding_names_what_it_refuses():
-    from fqcore import _kernels
-    ok = np.ones((2, 3), F32)
-    out_var, out_accum = np.empty((2, 3), F32), np.empty((2, 3), F32)
-    with pytest.raises(ValueError, match="grad must be a C-contiguous float32 array, got ndarray "
-                                         "of float64"):
-        _kernels.momentum(ok, ok, np.ones((2, 3)), 0.1, 0.9, False, out_var, out_accum)
-    with pytest.raises(ValueError, match="accum must have 6 elements"):
-        _kernels.momentum(ok, np.ones(5, F32), ok, 0.1, 0.9, False, out_var, out_accum)
-    with pytest.raises(ValueError, match="var must be a C-contiguous float32 array"):
-        _kernels.momentum(np.ones((3, 2), F32).T, ok, ok, 0.1, 0.9, False, out_var, out_accum)
-    frozen = np.empty((2, 3), F32)
-    frozen.flags.writeable = False
-    with pytest.raises(ValueError, match="must be writeable"):
-        _kernels.momentum(ok, ok, ok, 0.1, 0.9, False, frozen, out_accum)
-
-
 def test_adam_three_steps():
     lr, beta1, beta2, eps = 0.1, 0.8, 0.95, 1e-7
     g, s, train, _, feed = _least_squares(G.AdamOptimizer(lr, beta1, beta2, eps))

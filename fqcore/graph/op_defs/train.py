@@ -51,9 +51,8 @@ def _momentum(op, var, slots, lr, grad, momentum):
     if (var.dtype == accum.dtype == grad.dtype == FLOAT32 and var.shape == accum.shape == grad.shape
             and lr.ndim == momentum.ndim == 0):
         # One pass (fq_f32_momentum), the same float32 operations in the same order.
-        new_var, new_accum = np.empty(var.shape, FLOAT32), np.empty(var.shape, FLOAT32)
-        _kernels.momentum(np.ascontiguousarray(var), np.ascontiguousarray(accum),
-                          np.ascontiguousarray(grad), lr, momentum, nesterov, new_var, new_accum)
+        (new_var,), (new_accum,) = _kernels.momentum_group((var,), (accum,), (grad,), (lr,),
+                                                           (momentum,), (nesterov,))
         return new_var, [new_accum]
     accum = accum * momentum + grad
     if nesterov:
