@@ -85,6 +85,7 @@ _FORMATS = {"NHWC": (4, True), "NCHW": (4, False), "NDHWC": (5, True), "NCDHW": 
 # Element types with the code the C API knows them by. bfloat16 is ml_dtypes' dtype, known by its
 # name (ml_dtypes is optional); the others by dtype, as dtype.name takes microseconds to build.
 _DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}
+_FLOAT32 = np.dtype(np.float32)
 _BFLOAT16_CODE = 2
 
 
@@ -250,6 +251,29 @@ def fused_batch_norm(x: npt.ArrayLike, scale: npt.ArrayLike, offset: npt.ArrayLi
                                  None if y is None else _bytes(y), stats[0], stats[1], stats[2],
                                  stats[3])
     return FusedBatchNormV3(y, stats[0], stats[1], stats[2], stats[3], np.zeros((), np.float32))
+
+
+def nhwc_float32_statistics(x: Any, scale: Any, offset: Any,
+                            epsilon: float) -> Optional[Tuple[np.ndarray, ...]]:
+    """fused_batch_norm's training statistics (batch mean, batch variance, reserve spaces 1 and 2)
+    of x in NHWC with exponential_avg_factor 1 and normalize=False, without its argument checks,
+    where x is a C-contiguous float32 array of rank 4 and scale and offset C-contiguous float32
+    vectors of its channels; else None (the caller takes fused_batch_norm, which names what is
+    wrong). A training graph's folded batch norms run it every step, where the checks cost more
+    than the kernel on a small tensor."""
+    if type(x) is not np.ndarray or x.dtype != _FLOAT32 or x.ndim != 4 or not x.flags.c_contiguous:
+        return None
+    channels = x.shape[3]
+    for vector in (scale, offset):
+        if (type(vector) is not np.ndarray or vector.dtype != _FLOAT32
+                or vector.shape != (channels,) or not vector.flags.c_contiguous):
+            return None
+    stats = np.empty((4, channels), np.float32)
+    _kernels.bn_forward_training(_bytes(x), _DTYPE_CODES[_FLOAT32], True, x.shape[0], channels,
+                                 x.shape[1] * x.shape[2], scale, offset, epsilon, 1.0,
+                                 _empty_vector(), _empty_vector(), None, stats[0], stats[1],
+                                 stats[2], stats[3])
+    return stats[0], stats[1], stats[2], stats[3]
 
 
 def fused_batch_norm_grad(y_backprop: npt.ArrayLike, x: npt.ArrayLike, scale: npt.ArrayLike,

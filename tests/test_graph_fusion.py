@@ -925,3 +925,24 @@ def test_range_trackers_takes_the_range_of_the_whole_tensor_and_names_what_it_re
         fqcore._kernels.range_trackers(x, (3,) + side[1:], side)
     with pytest.raises(ValueError, match="clamp must be .*, got -1"):
         fqcore._kernels.tracker_step(1.0, -1, *side[1:])
+
+
+def test_batch_norm_statistics_skip_the_checks_only_where_the_kernel_reads_the_inputs_as_given():
+    """nhwc_float32_statistics (a BatchNormStatistics' forward): fused_batch_norm's statistics bit
+    for bit on a C-contiguous float32 NHWC x with float32 [C] scale and offset; None (the unit
+    then takes the checked path) for anything else."""
+    from fqcore.batch_norm import nhwc_float32_statistics
+    rng = np.random.default_rng(7)
+    x = rng.normal(3.0, 2.0, (4, 5, 3, 8)).astype(np.float32)
+    scale, offset = rng.random(8, np.float32), rng.random(8, np.float32)
+    checked = fqcore.fused_batch_norm(x, scale, offset, epsilon=1e-3, normalize=False)
+    got = nhwc_float32_statistics(x, scale, offset, 1e-3)
+    assert [_bits(v).tolist() for v in got] == [
+        _bits(v).tolist() for v in (checked.batch_mean, checked.batch_variance,
+                                    checked.reserve_space_1, checked.reserve_space_2)]
+    refused = [(x.astype(np.float16), scale, offset), (x[:, :, :, ::2], scale[:4], offset[:4]),
+               (np.asfortranarray(x), scale, offset), (x[0], scale, offset),
+               (x.tolist(), scale, offset), (x, scale[:7], offset), (x, scale, offset[::-1]),
+               (x, scale.astype(np.float64), offset), (x, scale.reshape(1, 8), offset)]
+    for args in refused:
+        assert nhwc_float32_statistics(*args, 1e-3) is None
