@@ -99,11 +99,16 @@ def _array(value: Any, name: str) -> np.ndarray:
     return value
 
 
-def _kernel_form(array):
-    """`array` when C-contiguous and aligned, else a copy that is. A misaligned buffer is copied: C
+def _in_kernel_form(array):
+    """Whether `array` (an ndarray) is C-contiguous and aligned, as the kernels read arrays: C
     compilers may assume float pointers are 4-byte aligned."""
     flags = array.flags
-    if flags.c_contiguous and flags.aligned:
+    return flags.c_contiguous and flags.aligned
+
+
+def _kernel_form(array):
+    """`array` when in the kernels' form (_in_kernel_form), else a copy that is."""
+    if _in_kernel_form(array):
         return array
     return np.array(array, order="C")
 

@@ -943,6 +943,17 @@ def test_batch_norm_statistics_skip_the_checks_only_where_the_kernel_reads_the_i
     refused = [(x.astype(np.float16), scale, offset), (x[:, :, :, ::2], scale[:4], offset[:4]),
                (np.asfortranarray(x), scale, offset), (x[0], scale, offset),
                (x.tolist(), scale, offset), (x, scale[:7], offset), (x, scale, offset[::-1]),
-               (x, scale.astype(np.float64), offset), (x, scale.reshape(1, 8), offset)]
+               (x, scale.astype(np.float64), offset), (x, scale.reshape(1, 8), offset),
+               (_misaligned(x), scale, offset), (x, _misaligned(scale), offset)]
     for args in refused:
         assert nhwc_float32_statistics(*args, 1e-3) is None
+
+
+def _misaligned(array):
+    """A C-contiguous copy of a float32 array one byte off a float's alignment (numpy: not
+    aligned)."""
+    raw = np.empty(array.nbytes + 1, np.uint8)
+    copy = raw[1:].view(np.float32).reshape(array.shape)
+    copy[...] = array
+    assert copy.flags.c_contiguous and not copy.flags.aligned
+    return copy
