@@ -535,12 +535,15 @@ def test_range_trackers_run_as_few_steps_with_the_same_bits(monkeypatch):
     """contrib's range trackers in the demo: the weights' five store their batch range (clamp and
     Assign) in their RangePair; the activations' six each make two zero-debiased moving averages
     with the clamp before each, which their RangePair runs in the same call as the range. The
-    four batch norms' moving averages are a step each,
-    their Bessel factors one per batch size. Four training steps (batches of 64, 32, 64, 32)
+    four batch norms' moving averages run in their BatchNormStatistics, their Bessel factors
+    once per batch size. Four training steps (batches of 64, 32, 64, 32)
     leave every variable with the bits of the plan that runs those ops one by one, the other
     fusions being the same."""
     fused, fused_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
-    assert sum(isinstance(u, fusion.MovingAverage) for u in units) == 8
+    statistics = [u for u in units if isinstance(u, fusion.BatchNormStatistics)]
+    assert not any(isinstance(u, fusion.MovingAverage) for u in units) and len(statistics) == 4
+    assert all([a.ops[0].inputs[1] for a in u.averages] == u.ops[0].outputs[1:3]
+               and u.runs_at is u.ops[-1] for u in statistics)
     factors = [u for u in units if isinstance(u, fusion.ShapeFunction)]
     assert len(factors) == 4 and all(len(u.values) == 2 for u in factors)
     assert {tuple(op.type for op in u.ops) for u in factors} == {
@@ -563,6 +566,7 @@ def test_range_trackers_run_as_few_steps_with_the_same_bits(monkeypatch):
     assert _averages(units) == [] and all(
         tail == () for u in units if isinstance(u, fusion.RangePair) for tail in u.tails)
     assert not any(isinstance(u, (fusion.MovingAverage, fusion.ShapeFunction)) for u in units)
+    assert not any(u.averages for u in units if isinstance(u, fusion.BatchNormStatistics))
     assert [_bits(v) for v in fused_losses] == [_bits(v) for v in plain_losses]
     assert fused.keys() == plain.keys()
     for name in plain:

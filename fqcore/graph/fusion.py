@@ -20,7 +20,9 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   both input gradients in one pass over x's gradient, the same bits as their sum (x's gradient
   is then the same bits too unless other ops add to it: reverse mode adds their part first).
 - BatchNormStatistics: a training FusedBatchNormV3 whose y nothing reads (the batch norm the
-  fold replaced, kept for its statistics): the statistics without the pass that makes y.
+  fold replaced, kept for its statistics): the statistics without the pass that makes y (the
+  kernel without the public function's checks where the inputs are as it reads them), and the
+  MovingAverages of those statistics where it can run them.
 - RangePair: a Min and a Max of the same float32 tensor (a range tracker's batch range): one
   pass for both, the same bits (the ops use the same kernel alone); with the DebiasedMovingAverage
   of each extreme (a moving-average tracker) the range, the clamps and both averages' steps are
@@ -38,7 +40,8 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   (IEEE float32 operations round alike in any form), where the nine calls cost a range tracker
   more than its pass over the tensor; in a RangePair where the pair can run it.
 - MovingAverage: assign_moving_average without debiasing (a batch norm's moving mean and
-  variance: Sub, Mul by a scalar, AssignSub) as one step, the same numpy operations.
+  variance: Sub, Mul by a scalar, AssignSub) as one step, the same numpy operations; in the
+  BatchNormStatistics of its statistic where that can run it.
 - ShapeFunction: ops that compute from a tensor's shape and the plan's constants alone (a batch
   norm's Bessel factor n / (n - 1) from its input's Size), run op by op once per shape of that
   tensor and then reused.
@@ -311,14 +314,22 @@ class PairedDepthwise(InputSharing):
 
 class BatchNormStatistics(Unit):
     """A training FusedBatchNormV3 whose y nothing reads: its outputs but y (None), and its
-    gradient (TF's, or the override the op names) as the op's."""
+    gradient (TF's, or the override the op names) as the op's. The MovingAverages of its batch
+    mean and variance (a batch-norm layer's moving statistics, `averages`) may run in it, where
+    the last of its ops ran (`last`): their operands but the statistic (the variable's read and
+    the decay) follow the op's inputs, their outputs the op's."""
 
     type = "FusedBatchNormV3"
 
-    def __init__(self, op):
-        self.ops = [op]
+    def __init__(self, op, averages=(), last=None):
+        self.ops = [op] + [member for average in averages for member in average.ops]
         self.name = op.name
-        self.inputs, self.outputs = list(op.inputs), list(op.outputs)
+        self.averages = averages
+        self.inputs = list(op.inputs) + [t for a in averages for t in (a.inputs[0], a.inputs[2])]
+        self.outputs = list(op.outputs) + [a.outputs[0] for a in averages]
+        # Where each average's statistic is among the op's outputs.
+        self.statistics = [list(op.outputs).index(a.inputs[1]) for a in averages]
+        self._runs_at = last or op
         self.op_gradient = gradient_function(op)
         attrs = op.attrs
         # The kernel without fused_batch_norm's checks (nhwc_float32_statistics) where the op
@@ -328,15 +339,26 @@ class BatchNormStatistics(Unit):
                           and type(attrs.get("epsilon", 1e-4)) is float)
         self.epsilon = attrs.get("epsilon", 1e-4)
 
+    @property
+    def runs_at(self):
+        return self._runs_at
+
     def forward(self, op, inputs, ctx):
         statistics = (nhwc_float32_statistics(*inputs[:3], self.epsilon) if self.unchecked
                       else None)
         if statistics is None:
-            return batch_norm_forward(self.ops[0], inputs, normalize=False)
-        return (None, *statistics, np.zeros(0, FLOAT32))
+            results = batch_norm_forward(self.ops[0], inputs[:5], normalize=False)
+        else:
+            results = (None, *statistics, np.zeros(0, FLOAT32))
+        for k, (average, position) in enumerate(zip(self.averages, self.statistics)):
+            read, decay = inputs[5 + 2 * k], inputs[6 + 2 * k]
+            results += average.forward(None, [read, results[position], decay], ctx)
+        return results
 
     def gradient(self, op, inputs, outputs, grads, needed):
-        return self.op_gradient(self.ops[0], inputs, outputs, grads)
+        # The averages' writes take no gradient, as in TF.
+        return self.op_gradient(self.ops[0], inputs[:5], outputs[:6], grads[:6]) + [None] * (
+            len(inputs) - 5)
 
 
 class ConvStatistics(Unit):
@@ -662,23 +684,39 @@ def _range_pair(op, rules, taken):
                 return RangePair(op, partner, np.asarray(axes), tails)
             # With an average the pair runs where its last op ran, if its outputs are read
             # only after that.
-            ops = [op, partner] + [m for tail in tails for m in tail] + [
-                m for average in averages if average is not None for m in average.ops]
-            last = max(ops, key=rules.position)
-            outputs = [t for m in ops for t in m.outputs]
-            if any(rules.position(r) <= rules.position(last) and r not in ops
-                   for t in outputs for r in rules.readers(t)):
-                averages, last = (None, None), None
+            last = _runs_last([op, partner] + [m for tail in tails for m in tail] + [
+                m for average in averages if average is not None for m in average.ops], rules)
+            if last is None:
+                return RangePair(op, partner, np.asarray(axes), tails)
             return RangePair(op, partner, np.asarray(axes), tails, averages, last)
     return None
 
 
 def _statistics_only(op, rules):
+    """The BatchNormStatistics of `op` (a training FusedBatchNormV3 whose y nothing reads), with
+    the MovingAverages of its batch mean and variance when it can run them."""
     if op.type != "FusedBatchNormV3" or not op.attrs.get("is_training", True):
         return None
     if not rules.fusable(op) or not rules.unread(op.outputs[0]):
         return None
-    return BatchNormStatistics(op)
+    averages = [average for statistic in op.outputs[1:3]
+                for average in map(lambda r: _moving_average(r, rules), rules.readers(statistic))
+                if average is not None and average.inputs[1] is statistic]
+    last = _runs_last([op] + [m for average in averages for m in average.ops], rules)
+    if not averages or last is None:
+        return BatchNormStatistics(op)
+    return BatchNormStatistics(op, averages, last)
+
+
+def _runs_last(ops, rules):
+    """The op of `ops` the plan runs last, if a unit of them may run there: every reader of
+    their outputs but themselves runs after it; else None."""
+    last = max(ops, key=rules.position)
+    place = rules.position(last)
+    if any(rules.position(r) <= place and r not in ops
+           for op in ops for t in op.outputs for r in rules.readers(t)):
+        return None
+    return last
 
 
 def _conv_statistics(op, rules):
