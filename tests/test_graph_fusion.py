@@ -576,7 +576,8 @@ def test_range_trackers_run_as_few_steps_with_the_same_bits(monkeypatch):
 
 def test_debiased_moving_average_without_state_updates_and_with_a_fetched_step(monkeypatch):
     """A run that does not update state leaves the trackers' variables as they were; a fetched
-    intermediate (a Pow) keeps that tracker's ops apart, and the values stay the same."""
+    intermediate (a Pow) keeps that tracker's ops apart, a fetched clamp keeps it out of its
+    average, and the values stay the same."""
     before, _, _, _ = _demo_steps(1)
     after, losses, _, _ = _demo_steps(1, update_state=False)
     for name in before:
@@ -585,15 +586,25 @@ def test_debiased_moving_average_without_state_updates_and_with_a_fetched_step(m
         _without_tracker_units(op_by_op)
         _, plain_losses, _, _ = _demo_steps(1, update_state=False)
     assert _bits(losses[-1]) == _bits(plain_losses[-1])  # the stored ranges, not the batch's
-    pow_name = "conv1/act_quant/AssignMinEma/Pow:0"
+    # A fetched clamp leaves its tracker's average without it (a step of its own, the clamp
+    # run as an op), and the pair's other average apart too (the pair's min is read before it).
+    pow_name, clamp_name = "conv1/act_quant/AssignMinEma/Pow:0", "conv1/act_quant/Minimum:0"
     values, _, units, fetched = _demo_steps(2, fetch_extra=[pow_name])
     averages = _averages(units)
     assert len(averages) == 11 and "conv1/act_quant/AssignMinEma" not in {u.name for u in averages}
+    clamp_values, _, units, clamp_fetched = _demo_steps(2, fetch_extra=[clamp_name])
+    alone = [u for u in units if isinstance(u, fusion.DebiasedMovingAverage)]
+    assert sorted((u.name, u.clamp, len(u.ops)) for u in alone) == [
+        ("conv1/act_quant/AssignMaxEma", 2, 9), ("conv1/act_quant/AssignMinEma", 0, 8)]
     _without_tracker_units(monkeypatch)
     plain, _, _, plain_fetched = _demo_steps(2, fetch_extra=[pow_name])
     assert _bits(fetched[0]) == _bits(plain_fetched[0])
+    plain_clamp, _, _, plain_clamp_fetched = _demo_steps(2, fetch_extra=[clamp_name])
+    assert _bits(clamp_fetched[0]) == _bits(plain_clamp_fetched[0])
     for name in plain:
         np.testing.assert_array_equal(_bits(values[name]), _bits(plain[name]), err_msg=name)
+        np.testing.assert_array_equal(_bits(clamp_values[name]), _bits(plain_clamp[name]),
+                                      err_msg=name)
 
 
 def test_the_folds_per_channel_arithmetic_is_one_program_each_way(monkeypatch):

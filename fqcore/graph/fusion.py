@@ -505,10 +505,9 @@ class RangePair(Unit):
     of the two may carry a tail that stores it (a last-value tracker's): a Minimum or Maximum with
     a constant scalar, then an Assign of a float32 scalar variable that nothing else writes, the
     same operations (`tails`, per output; the unit's output is then the Assign's); or a
-    DebiasedMovingAverage of it (a moving-average tracker's, `averages`),
-    which then runs here, its variables written by nothing else: the pair then runs where the
-    last of its ops ran (`last`). A pair whose two extremes are both averaged steps in one call
-    (range_trackers)."""
+    DebiasedMovingAverage of it (a moving-average tracker's, `averages`), which then runs here,
+    its variables written by nothing else: the pair then runs where the last of its ops ran
+    (`last`). A pair whose two extremes are both averaged steps in one call (range_trackers)."""
 
     type = "RangePair"
 
@@ -607,7 +606,7 @@ class RangePair(Unit):
 
 # The clamps a range tracker applies to its batch range, as their ops compute them.
 _CLAMPS = {"Minimum": np.minimum, "Maximum": np.maximum}
-# fq_f32_tracker_step's codes for them (fq_clamp), and for no clamp.
+# fq_f32_tracker_step's codes for them (fq_tracker_clamp), and for no clamp.
 _CLAMP_CODES = {"Minimum": 1, "Maximum": 2}
 _NO_CLAMP = 0
 
@@ -865,14 +864,12 @@ class DebiasedMovingAverage(Unit):
         sub, mul, assign_sub, assign_add, pow_, sub_2, _, assign = ops[-8:]
         # fq_f32_tracker_step's clamp: Minimum or Maximum(extreme, bound), or none.
         self.clamp = _CLAMP_CODES[ops[0].type] if len(ops) == 9 else _NO_CLAMP
-        # The extreme and the bound (a constant stand-in without a clamp), then the step's operands.
-        values = list(ops[0].inputs) if len(ops) == 9 else [sub.inputs[1], None]
+        # The extreme (and with a clamp its bound), then the step's operands.
+        values = list(ops[0].inputs) if len(ops) == 9 else [sub.inputs[1]]
         self.inputs = values + [sub.inputs[0], _other(mul, sub.outputs[0]), assign_add.inputs[1],
                                 pow_.inputs[0], sub_2.inputs[0]]
         self.outputs = [assign.outputs[0]]
         self.variables = [op.inputs[0].op.name for op in (assign_sub, assign_add, assign)]
-        if values[1] is None:
-            del self.inputs[1]
 
     def operands(self, inputs, ctx):
         """fq_f32_tracker_step's operands but the extreme, from the unit's inputs but the first
