@@ -236,6 +236,15 @@ class InputSharing(Unit):
         self.link = owner.link if self.shared else Hidden(f"{op.name}/{link_name}", self)
         self.inputs = list(op.inputs) + ([self.link] if self.shared else [])
         self.outputs = list(op.outputs) + ([] if self.shared else [self.link])
+        self.geometries = {}  # (x's shape, w's shape) -> nn_numpy.ConvGeometry
+
+    def _geometry(self, x, w):
+        """The convolution's geometry, checked once per pair of shapes."""
+        key = (x.shape, w.shape)
+        geometry = self.geometries.get(key)
+        if geometry is None:
+            geometry = self.geometries[key] = nn_numpy.conv_geometry(x, w, **self.args)
+        return geometry
 
     def defers(self, needed):
         """A follower leaves x's gradient to its owner when both take one (x's and the link's)."""
@@ -252,15 +261,6 @@ class ColumnsConv2D(InputSharing):
 
     def __init__(self, op, args, owner=None):
         super().__init__(op, args, owner, "columns")
-        self.geometries = {}  # (x's shape, w's shape) -> nn_numpy.ConvGeometry
-
-    def _geometry(self, x, w):
-        """The convolution's geometry, checked once per pair of shapes."""
-        key = (x.shape, w.shape)
-        geometry = self.geometries.get(key)
-        if geometry is None:
-            geometry = self.geometries[key] = nn_numpy.conv_geometry(x, w, **self.args)
-        return geometry
 
     def forward(self, op, inputs, ctx):
         x, w = inputs[0], inputs[1]
@@ -294,22 +294,27 @@ class PairedDepthwise(InputSharing):
         super().__init__(op, args, owner, "input gradients")
 
     def forward(self, op, inputs, ctx):
-        y = nn_numpy.depthwise_conv2d(inputs[0], inputs[1], **self.args)
+        x, w = inputs[0], inputs[1]
+        y = nn_numpy.depthwise_conv2d_planned(x, w, self._geometry(x, w))
         return (y,) if self.shared else (y, None)
 
     def gradient(self, op, inputs, outputs, grads, needed):
         x, w, dy = inputs[0], inputs[1], grads[0]
+        geometry = self._geometry(x, w)
         if self.shared:
             defer = self.defers(needed)
-            dx, dw = nn_numpy.depthwise_conv2d_grad(x, w, dy, **self.args,
-                                                    input_gradient=needed[0] and not defer)
+            dx, dw = nn_numpy.depthwise_conv2d_grad_planned(
+                x, w, dy, geometry, input_gradient=needed[0] and not defer)
             return [dx, dw, DeferredInputGradient([(w, dy)]) if defer else None]
-        dw = None if dy is None else nn_numpy.depthwise_conv2d_grad(
-            x, w, dy, **self.args, input_gradient=False)[1]
+        dw = None if dy is None else nn_numpy.depthwise_conv2d_grad_planned(
+            x, w, dy, geometry, input_gradient=False)[1]
         # In the order reverse mode would have summed them: the later convolutions' first.
         terms = (grads[1].terms if grads[1] is not None else []) + ([(w, dy)] if dy is not None else [])
-        dx = nn_numpy.depthwise_conv2d_input_grad_sum(x, terms, **self.args) if needed[0] else None
-        return [dx, dw]
+        if not needed[0]:
+            return [None, dw]
+        if all(term[0].shape == w.shape for term in terms):  # the geometry checked for w holds
+            return [nn_numpy.depthwise_conv2d_input_grad_sum_planned(x, terms, geometry), dw]
+        return [nn_numpy.depthwise_conv2d_input_grad_sum(x, terms, **self.args), dw]
 
 
 class BatchNormStatistics(Unit):

@@ -344,16 +344,31 @@ def _depthwise_windows(x, w, oh, ow, pads, strides, dilations):
 def depthwise_conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     """TF DepthwiseConv2dNative, NHWC: x [N, H, W, C], w [KH, KW, C, M] -> y [N, OH, OW, C*M]."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
-    kh, kw, c, m = w.shape
     if x.dtype == np.float32:
-        y = np.empty((x.shape[0], oh, ow, c * m), np.float32)
-        _kernels.depthwise(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(w).reshape(-1),
-                           m, _kernel_geometry(x.shape, (kh, kw), oh, ow, strides, dilations, pads),
-                           y.reshape(-1))
-        return y
+        return depthwise_conv2d_planned(x, w, ConvGeometry(strides, dilations, oh, ow, pads))
+    kh, kw, c, m = w.shape
     y = np.zeros((x.shape[0], oh, ow, c * m), dtype=x.dtype)
     for i, j, window in _depthwise_windows(x, w, oh, ow, pads, strides, dilations):
         y += window * w[i, j].reshape(c * m)
+    return y
+
+
+def _depthwise_geometry(x_shape, w_shape, g):
+    """fq_conv_geometry's sizes for a depthwise filter of `w_shape` on x, `g` as conv_geometry
+    checked it."""
+    return _kernel_geometry(x_shape, w_shape[:2], g.oh, g.ow, g.strides, g.dilations, g.pads)
+
+
+def _flat32(array):
+    return np.ascontiguousarray(array).reshape(-1)
+
+
+def depthwise_conv2d_planned(x, w, g):
+    """depthwise_conv2d of float32 arrays that conv_geometry checked as `g`."""
+    m = w.shape[3]
+    y = np.empty((x.shape[0], g.oh, g.ow, w.shape[2] * m), np.float32)
+    _kernels.depthwise(_flat32(x), _flat32(w), m, _depthwise_geometry(x.shape, w.shape, g),
+                       y.reshape(-1))
     return y
 
 
@@ -362,20 +377,13 @@ def depthwise_conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1
     """(dx, dw) of depthwise_conv2d given dy = dL/dy [N, OH, OW, C*M]; dx is None with
     input_gradient=False."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
+    if x.dtype == np.float32:
+        return depthwise_conv2d_grad_planned(x, w, dy, ConvGeometry(strides, dilations, oh, ow, pads),
+                                             input_gradient)
     n, h, wd, c = x.shape
-    kh, kw, _, m = w.shape
+    m = w.shape[3]
     dy = _other(dy, "dy", x.dtype)
     _same_shape(dy, "dy", (n, oh, ow, c * m))
-    if x.dtype == np.float32:
-        geometry = _kernel_geometry(x.shape, (kh, kw), oh, ow, strides, dilations, pads)
-        flat_dy, flat_w = np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(w).reshape(-1)
-        dx, dw = None, np.empty(w.shape, np.float32)
-        if input_gradient:
-            dx = np.empty(x.shape, np.float32)
-            _kernels.depthwise_grad_input(flat_dy, flat_w, m, geometry, dx.reshape(-1))
-        _kernels.depthwise_grad_filter(np.ascontiguousarray(x).reshape(-1), flat_dy, m, geometry,
-                                       dw.reshape(-1))
-        return dx, dw
     dw = np.empty_like(w)
     top, bottom, left, right = pads
     dxp = np.zeros((n, h + top + bottom, wd + left + right, c * m), dtype=x.dtype)
@@ -388,6 +396,25 @@ def depthwise_conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1
     return np.ascontiguousarray(dx), dw
 
 
+def _depthwise_dy(dy, x, w, g):
+    """dy of a float32 depthwise convolution, checked and flattened."""
+    dy = _other(dy, "dy", x.dtype)
+    _same_shape(dy, "dy", (x.shape[0], g.oh, g.ow, w.shape[2] * w.shape[3]))
+    return _flat32(dy)
+
+
+def depthwise_conv2d_grad_planned(x, w, dy, g, input_gradient=True):
+    """depthwise_conv2d_grad of float32 arrays that conv_geometry checked as `g` (dy is checked)."""
+    geometry, m = _depthwise_geometry(x.shape, w.shape, g), w.shape[3]
+    flat_dy, flat_w = _depthwise_dy(dy, x, w, g), _flat32(w)
+    dx, dw = None, np.empty(w.shape, np.float32)
+    if input_gradient:
+        dx = np.empty(x.shape, np.float32)
+        _kernels.depthwise_grad_input(flat_dy, flat_w, m, geometry, dx.reshape(-1))
+    _kernels.depthwise_grad_filter(_flat32(x), flat_dy, m, geometry, dw.reshape(-1))
+    return dx, dw
+
+
 def depthwise_conv2d_input_grad_sum(x, terms, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     """The sum of depthwise_conv2d_grad's dx over `terms`, (w, dy) pairs of one geometry on x,
     added in order: the same bits, and two float32 terms in one pass over dx."""
@@ -397,20 +424,27 @@ def depthwise_conv2d_input_grad_sum(x, terms, strides=(1, 1), padding="SAME", di
             part = depthwise_conv2d_grad(x, w, dy, strides, padding, dilations)[0]
             dx = part if dx is None else dx + part
         return dx
+    x, w_a, strides, dilations, oh, ow, pads = _conv_setup(x, terms[0][0], strides, padding,
+                                                           dilations)
+    terms = [(w_a, terms[0][1]), (_filter(terms[1][0], x), terms[1][1])]
+    return depthwise_conv2d_input_grad_sum_planned(
+        x, terms, ConvGeometry(strides, dilations, oh, ow, pads))
+
+
+def depthwise_conv2d_input_grad_sum_planned(x, terms, g):
+    """depthwise_conv2d_input_grad_sum of float32 arrays that conv_geometry checked as `g`, with
+    filters of one shape (dy is checked)."""
+    if len(terms) != 2:
+        dx = None
+        for w, dy in terms:
+            part = depthwise_conv2d_grad_planned(x, w, dy, g)[0]
+            dx = part if dx is None else dx + part
+        return dx
     (w_a, dy_a), (w_b, dy_b) = terms
-    x, w_a, strides, dilations, oh, ow, pads = _conv_setup(x, w_a, strides, padding, dilations)
-    w_b = _filter(w_b, x)
-    kh, kw, c, m = w_a.shape
-    flat = []
-    for dy in (dy_a, dy_b):
-        dy = _other(dy, "dy", x.dtype)
-        _same_shape(dy, "dy", (x.shape[0], oh, ow, c * m))
-        flat.append(np.ascontiguousarray(dy).reshape(-1))
     dx = np.empty(x.shape, np.float32)
-    _kernels.depthwise_grad_input_sum(flat[0], np.ascontiguousarray(w_a).reshape(-1), flat[1],
-                                      np.ascontiguousarray(w_b).reshape(-1), m,
-                                      _kernel_geometry(x.shape, (kh, kw), oh, ow, strides,
-                                                       dilations, pads), dx.reshape(-1))
+    _kernels.depthwise_grad_input_sum(_depthwise_dy(dy_a, x, w_a, g), _flat32(w_a),
+                                      _depthwise_dy(dy_b, x, w_b, g), _flat32(w_b), w_a.shape[3],
+                                      _depthwise_geometry(x.shape, w_a.shape, g), dx.reshape(-1))
     return dx
 
 

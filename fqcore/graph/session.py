@@ -448,8 +448,9 @@ class _Run:
         if constants is not None:
             values.update(constants)
         self.read_variables(*plan.variable_reads)
+        operand = values.__getitem__
         for op, forward, inputs, outputs, controls, can_die in steps:
-            args = [values[t] for t in inputs]
+            args = list(map(operand, inputs))  # a step of grouped ops reads a hundred or more
             if can_die and (any(a is DEAD for a in args) or any(c in self.dead_ops for c in controls)):
                 self.dead_ops.add(op)
                 for t in outputs:
