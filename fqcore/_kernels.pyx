@@ -657,13 +657,14 @@ cdef const float *_float32_data(object array, str name, Py_ssize_t size) except?
 
 def tracker_step(float extreme, int clamp, float bound, float read, float decay_complement,
                  float increment, float base, float one, float biased, float step):
-    """(biased', step', average) of a range tracker's step on float32 scalars (fq_f32_tracker_step):
-    the extreme clamped (clamp 0: not; 1: Minimum(extreme, bound); 2: Maximum(extreme, bound)),
-    then one zero-debiased moving-average step: a range tracker's nine ops."""
+    """(biased', step', average) of a range tracker's step on float32 scalars (fq_f32_tracker_step),
+    each a new 0-d float32 array: the extreme clamped (clamp 0: not; 1: Minimum(extreme, bound);
+    2: Maximum(extreme, bound)), then one zero-debiased moving-average step: a range tracker's
+    nine ops."""
     cdef float out[3]
     fq_f32_tracker_step(extreme, _clamp(clamp), bound, read, decay_complement, increment, base,
                         one, biased, step, out)
-    return out[0], out[1], out[2]
+    return _float32_scalar(out[0]), _float32_scalar(out[1]), _float32_scalar(out[2])
 
 
 cdef fq_tracker_clamp _clamp(int clamp) except *:
@@ -679,24 +680,19 @@ cdef object _float32_scalar(float value):
     return array
 
 
-cdef void _tracker_side(tuple side, float extreme, str name, float out[3]) except *:
-    """fq_f32_tracker_step of `extreme` with `side`'s (clamp, bound, read, decay_complement,
-    increment, base, one, biased, step)."""
-    if len(side) != 9:
-        raise ValueError(f"{name} must be (clamp, bound, read, decay_complement, increment, base, "
-                         f"one, biased, step), got {len(side)} values")
-    fq_f32_tracker_step(extreme, _clamp(side[0]), side[1], side[2], side[3], side[4], side[5],
-                        side[6], side[7], side[8], out)
-
-
-def range_trackers(x, tuple low, tuple high):
+def range_trackers(x, tuple clamps, tuple operands, tuple state):
     """Both range trackers of a tensor in one call: x's per-tensor min and max (fq_f32_range; x a
-    C-contiguous float32 array of any shape), the min through tracker_step with `low`'s
-    (clamp, bound, read, decay_complement, increment, base, one, biased, step) and the max with
-    `high`'s. Returns (low average, high average, low biased', low step', high biased', high
-    step'), each a new 0-d float32 array."""
+    C-contiguous float32 array of any shape), each through tracker_step: the min with clamps[0],
+    operands[0:6] (bound, read, decay_complement, increment, base, one) and state[0:2] (biased,
+    step), the max with clamps[1], operands[6:12] and state[2:4]. Returns (min's average, max's
+    average, min's biased', min's step', max's biased', max's step'), each a new 0-d float32
+    array."""
+    if len(clamps) != 2 or len(operands) != 12 or len(state) != 4:
+        raise ValueError(f"range_trackers takes 2 clamps, 12 operands and 4 state values, got "
+                         f"{len(clamps)}, {len(operands)} and {len(state)}")
     cdef Py_ssize_t n = _float32_size(x, "x")
     cdef const float *data = <const float *>cnp.PyArray_DATA(<cnp.ndarray>x)
+    cdef fq_tracker_clamp low_clamp = _clamp(clamps[0]), high_clamp = _clamp(clamps[1])
     cdef float extremes[2]
     cdef float a[3]
     cdef float b[3]
@@ -704,8 +700,10 @@ def range_trackers(x, tuple low, tuple high):
     with nogil:
         rc = fq_f32_range(data, n, 1, &extremes[0], &extremes[1])
     _check(rc)
-    _tracker_side(low, extremes[0], "low", a)
-    _tracker_side(high, extremes[1], "high", b)
+    fq_f32_tracker_step(extremes[0], low_clamp, operands[0], operands[1], operands[2], operands[3],
+                        operands[4], operands[5], state[0], state[1], a)
+    fq_f32_tracker_step(extremes[1], high_clamp, operands[6], operands[7], operands[8],
+                        operands[9], operands[10], operands[11], state[2], state[3], b)
     return (_float32_scalar(a[2]), _float32_scalar(b[2]), _float32_scalar(a[0]),
             _float32_scalar(a[1]), _float32_scalar(b[0]), _float32_scalar(b[1]))
 

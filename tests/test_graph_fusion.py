@@ -550,8 +550,9 @@ def test_range_trackers_run_as_few_steps_with_the_same_bits(monkeypatch):
         ("Size", "Cast", "RealDiv", "Cast", "Sub", "RealDiv")}
     averages = _averages(units)
     assert len(averages) == 12
-    pairs = [u for u in units if isinstance(u, fusion.RangePair) and u.both_averaged]
-    assert len(pairs) == 6 and not any(isinstance(u, fusion.DebiasedMovingAverage) for u in units)
+    pairs = [u for u in units if isinstance(u, fusion.RangePair) and u.one_call]
+    assert len(pairs) == 6
+    assert not any(isinstance(u, fusion.DebiasedMovingAverage) for u in units)
     assert all(u.runs_at is u.averages[1].ops[-1] for u in pairs)  # the later Assign
     assert {tuple(op.type for op in u.ops) for u in averages} == {
         (clamp, "Sub", "Mul", "AssignSub", "AssignAdd", "Pow", "Sub", "RealDiv", "Assign")
@@ -915,9 +916,11 @@ def test_a_tracker_step_has_the_ops_bits_on_special_values(clamp):
         x = np.array([extreme, 1.0], np.float32)
         low, high = np.empty(1, np.float32), np.empty(1, np.float32)
         fqcore._kernels.batch_range(x, low, high)
-        pair = fqcore._kernels.range_trackers(x, operands, operands[:2] + (7.0,) + operands[3:])
+        high_operands = operands[:2] + (7.0,) + operands[3:]
+        pair = fqcore._kernels.range_trackers(x, (clamp, clamp), operands[1:7] + high_operands[1:7],
+                                              operands[7:] + high_operands[7:])
         want_low = _tracker_ops(low[0], *operands)
-        want_high = _tracker_ops(high[0], *operands[:2], 7.0, *operands[3:])
+        want_high = _tracker_ops(high[0], *high_operands)
         assert _bits(pair).tolist() == _bits([want_low[2], want_high[2], *want_low[:2],
                                               *want_high[:2]]).tolist(), (extreme, bound)
 
@@ -925,21 +928,22 @@ def test_a_tracker_step_has_the_ops_bits_on_special_values(clamp):
 def test_range_trackers_takes_the_range_of_the_whole_tensor_and_names_what_it_refuses():
     x = np.array([[3.0, -2.0], [0.5, 7.0]], np.float32)
     # Decay complement 1, base 0.5: biased' is the extreme, the average twice it.
-    side = (0, 0.0, 0.0, 1.0, 1.0, 0.5, 1.0, 0.0, 0.0)
-    results = fqcore._kernels.range_trackers(x, side, side)
+    side, state = (0.0, 0.0, 1.0, 1.0, 0.5, 1.0), (0.0, 0.0, 0.0, 0.0)
+    results = fqcore._kernels.range_trackers(x, (0, 0), side * 2, state)
     assert [float(r) for r in results] == [-4.0, 14.0, -2.0, 1.0, 7.0, 1.0]
     assert all(r.shape == () and r.dtype == np.float32 for r in results)
     with pytest.raises(ValueError, match="x must be a C-contiguous float32 array"):
-        fqcore._kernels.range_trackers(x.T, side, side)
+        fqcore._kernels.range_trackers(x.T, (0, 0), side * 2, state)
     with pytest.raises(ValueError, match="x must be a C-contiguous float32 array"):
-        fqcore._kernels.range_trackers(x.astype(np.float64), side, side)
-    with pytest.raises(ValueError, match=r"high must be \(clamp, bound, .*\), got 8 values"):
-        fqcore._kernels.range_trackers(x, side, side[:8])
+        fqcore._kernels.range_trackers(x.astype(np.float64), (0, 0), side * 2, state)
+    with pytest.raises(ValueError, match="takes 2 clamps, 12 operands and 4 state values, got 2, "
+                                         "11 and 4"):
+        fqcore._kernels.range_trackers(x, (0, 0), (side * 2)[:11], state)
     with pytest.raises(ValueError, match="clamp must be 0 \\(none\\), 1 \\(minimum\\) or 2 "
                                          "\\(maximum\\), got 3"):
-        fqcore._kernels.range_trackers(x, (3,) + side[1:], side)
+        fqcore._kernels.range_trackers(x, (0, 3), side * 2, state)
     with pytest.raises(ValueError, match="clamp must be .*, got -1"):
-        fqcore._kernels.tracker_step(1.0, -1, *side[1:])
+        fqcore._kernels.tracker_step(1.0, -1, *side, 0.0, 0.0)
 
 
 def test_batch_norm_statistics_skip_the_checks_only_where_the_kernel_reads_the_inputs_as_given():
@@ -972,3 +976,42 @@ def _misaligned(array):
     copy[...] = array
     assert copy.flags.c_contiguous and not copy.flags.aligned
     return copy
+
+
+def test_a_range_tracker_whose_max_comes_first_steps_in_one_call_with_the_same_bits(monkeypatch):
+    """A moving-average tracker whose BatchMax the graph makes before its BatchMin: its RangePair
+    (max first) still runs the range and both averages in one call, each output and variable
+    the bits of the ops one by one, over steps of different batches."""
+    from fqcore.graph import build
+    from fqcore.quantize import quant_ops
+
+    def max_first(x, num_bits, narrow_range, symmetric, per_channel=False):
+        batch_max = build.reduce_max(x, name="BatchMax")
+        batch_min = build.reduce_min(x, name="BatchMin")
+        return (build.minimum(batch_min, np.float32(0.0)),
+                build.maximum(batch_max, np.float32(0.0)))
+    monkeypatch.setattr(quant_ops, "_range", max_first)
+    rng = np.random.default_rng(3)
+    batches = [rng.normal(k, 2.0 + k, (5, 6)).astype(np.float32) for k in range(4)]
+
+    def run():
+        g = G.Graph()
+        with g.as_default():
+            x = G.placeholder("float32", [None, 6], name="x")
+            y = quant_ops.moving_avg_quantize(g, x, "q", True, ema_decay=0.9)
+            session = G.Session(g)
+            session.run(G.global_variables_initializer(g))
+            outputs = [session.run(y, {x: batch}) for batch in batches]
+        plan = max(session._plans.values(), key=lambda p: len(p.order))
+        return outputs, session.variable_values(), plan.units
+    fused, fused_values, units = run()
+    pairs = [u for u in units if isinstance(u, fusion.RangePair)]
+    assert len(pairs) == 1 and pairs[0].picks == (1, 0) and pairs[0].one_call
+    _without_tracker_units(monkeypatch)
+    plain, plain_values, units = run()
+    assert not any(u.averages != (None, None) for u in units if isinstance(u, fusion.RangePair))
+    assert [_bits(v).tolist() for v in fused] == [_bits(v).tolist() for v in plain]
+    assert fused_values.keys() == plain_values.keys()
+    for name in plain_values:
+        np.testing.assert_array_equal(_bits(fused_values[name]), _bits(plain_values[name]),
+                                      err_msg=name)

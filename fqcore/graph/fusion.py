@@ -512,7 +512,8 @@ class RangePair(Unit):
     same operations (`tails`, per output; the unit's output is then the Assign's); or a
     DebiasedMovingAverage of it (a moving-average tracker's, `averages`), which then runs here,
     its variables written by nothing else: the pair then runs where the last of its ops ran
-    (`last`). A pair whose two extremes are both averaged steps in one call (range_trackers)."""
+    (`last`). A pair whose two extremes are both averaged, each with a clamp, steps in one call
+    (range_trackers)."""
 
     type = "RangePair"
 
@@ -522,12 +523,16 @@ class RangePair(Unit):
         self.name = f"{first.name}+{second.name}"
         self.tails = tails
         self.averages = averages
-        # x, then each average's operands but the extreme (`starts`: where they begin).
-        self.inputs, self.starts = [first.inputs[0]], []
-        for average in averages:
-            self.starts.append(len(self.inputs))
-            if average is not None:
-                self.inputs.extend(average.inputs[1:])
+        # float32_range gives (min, max): which of the two each output is.
+        self.picks = (0, 1) if first.type == "Min" else (1, 0)
+        # x, then each average's operands but the extreme, the min's first (`starts`: where
+        # each output's begin).
+        self.inputs, starts = [first.inputs[0]], {}
+        for side in (self.picks.index(0), self.picks.index(1)):
+            starts[side] = len(self.inputs)
+            if averages[side] is not None:
+                self.inputs.extend(averages[side].inputs[1:])
+        self.starts = [starts[0], starts[1]]
         # The clamps' constants, as the Const ops hold them (the plan may run those after the
         # unit's place in its first run).
         self.bounds = {member: constant_value(_other(member, _input_of(member, head)))
@@ -538,9 +543,15 @@ class RangePair(Unit):
                         for head, tail, average in zip((first, second), tails, averages)]
         self.axes = axes
         self.layouts = {}  # x's shape -> range_layout
-        # float32_range gives (min, max): which of the two each output is.
-        self.picks = (0, 1) if first.type == "Min" else (1, 0)
-        self.both_averaged = None not in averages
+        # Both averaged with a clamp each: the range and both steps are one range_trackers call
+        # on the inputs after x, which the variables' reads and writes join by name.
+        by_range = [averages[self.picks.index(0)], averages[self.picks.index(1)]]
+        self.one_call = None not in by_range and all(a.clamp != _NO_CLAMP for a in by_range)
+        if self.one_call:
+            low, high = by_range
+            self.clamps = (low.clamp, high.clamp)
+            self.state = low.variables[:2] + high.variables[:2]
+            self.written = [low.variables[2], high.variables[2]] + self.state
         self._runs_at = last or first
         # An average's step counter may run before the pair's first op: it joins the unit.
         self.gathers_earlier_ops = averages != (None, None)
@@ -559,23 +570,14 @@ class RangePair(Unit):
                 heads = [op_def(m.type).forward(m, [x, self.axes], ctx)[0] for m in self.ops[:2]]
                 return self._stored(heads, inputs, ctx)
             self.layouts[x.shape] = layout
-        if self.both_averaged and ctx.update_state and layout == (1, ()):
-            return self._both_averaged(x, inputs, ctx)
+        if self.one_call and ctx.update_state and layout == (1, ()):
+            written = _kernels.range_trackers(np.ascontiguousarray(x), self.clamps,
+                                              tuple(inputs[1:]),
+                                              ctx.current_variables(self.state))
+            ctx.write_variables(self.written, written)
+            return written[self.picks[0]], written[self.picks[1]]
         extremes = float32_range(x, layout)
         return self._stored([extremes[self.picks[0]], extremes[self.picks[1]]], inputs, ctx)
-
-    def _both_averaged(self, x, inputs, ctx):
-        """Both outputs when both extremes are averaged: the range and the two steps in one call."""
-        sides = [average.operands(inputs[start:start + len(average.inputs) - 1], ctx)
-                 for average, start in zip(self.averages, self.starts)]
-        low, high = sides[self.picks[0]], sides[self.picks[1]]
-        results = _kernels.range_trackers(np.ascontiguousarray(x), low, high)
-        # (average, biased', step') of the min and of the max, in the outputs' order.
-        steps = (results[0], results[2], results[3]), (results[1], results[4], results[5])
-        steps = steps[self.picks[0]], steps[self.picks[1]]
-        for average, (value, biased, step) in zip(self.averages, steps):
-            average.store(biased, step, value, ctx)
-        return steps[0][0], steps[1][0]
 
     def _stored(self, heads, inputs, ctx):
         """The two outputs: each extreme through its tail (clamp, then store) or its average."""
@@ -876,29 +878,14 @@ class DebiasedMovingAverage(Unit):
         self.outputs = [assign.outputs[0]]
         self.variables = [op.inputs[0].op.name for op in (assign_sub, assign_add, assign)]
 
-    def operands(self, inputs, ctx):
-        """fq_f32_tracker_step's operands but the extreme, from the unit's inputs but the first
-        and the variables: (clamp, bound, read, decay_complement, increment, base, one, biased,
-        step)."""
-        biased_name, step_name, _ = self.variables
-        bound = inputs[0] if self.clamp != _NO_CLAMP else 0.0
-        return (self.clamp, bound, *inputs[-5:], ctx.current_variable(biased_name),
-                ctx.current_variable(step_name))
-
-    def store(self, biased, step, average, ctx):
-        """Writes the step's three variables (new arrays)."""
-        biased_name, step_name, name = self.variables
-        ctx.write_variable(biased_name, biased)
-        ctx.write_variable(step_name, step)
-        ctx.write_variable(name, average)
-
     def forward(self, op, inputs, ctx):
         if not ctx.update_state:
             return tuple(_op_by_op(self.ops, zip(self.inputs, inputs), self.outputs, ctx))
-        biased, step, average = _kernels.tracker_step(inputs[0], *self.operands(inputs[1:], ctx))
-        average = np.array(average, FLOAT32)
-        self.store(np.array(biased, FLOAT32), np.array(step, FLOAT32), average, ctx)
-        return (average,)
+        bound = inputs[1] if self.clamp != _NO_CLAMP else 0.0
+        biased, step = ctx.current_variables(self.variables[:2])
+        written = _kernels.tracker_step(inputs[0], self.clamp, bound, *inputs[-5:], biased, step)
+        ctx.write_variables(self.variables, written)
+        return (written[2],)
 
     def gradient(self, op, inputs, outputs, grads, needed):
         return [None] * len(inputs)  # variable writes: no gradient passes them, as in TF
@@ -1373,17 +1360,14 @@ class MomentumUpdates(Unit):
         self.nesterov = tuple(bool(op.attrs.get("use_nesterov", False)) for op in ops)
 
     def forward(self, op, inputs, ctx):
-        current = ctx.current_variable
         if not ctx.update_state:
-            return tuple(map(current, self.variables))
+            return ctx.current_variables(self.variables)
         gradients, learning_rates, momenta = (tuple(inputs[run]) for run in self.runs)
         new_variables, new_accumulators = _kernels.momentum_group(
-            tuple(map(current, self.variables)), tuple(map(current, self.accumulators)),
+            ctx.current_variables(self.variables), ctx.current_variables(self.accumulators),
             gradients, learning_rates, momenta, self.nesterov)
-        for name, value in zip(self.accumulators, new_accumulators):
-            ctx.write_variable(name, value)
-        for name, value in zip(self.variables, new_variables):
-            ctx.write_variable(name, value)
+        ctx.write_variables(self.accumulators, new_accumulators)
+        ctx.write_variables(self.variables, new_variables)
         return tuple(new_variables)
 
     def gradient(self, op, inputs, outputs, grads, needed):

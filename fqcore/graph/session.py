@@ -492,8 +492,20 @@ class _Run:
                              f"(run the initializer first)")
         return value
 
+    def current_variables(self, names):
+        """current_variable of each of `names`, as a tuple (in one call: a tracker reads four)."""
+        try:
+            return tuple(map(self.session._store.__getitem__, names))
+        except KeyError as missing:
+            raise ValueError(f"variable {missing.args[0]!r} is used before it is initialized "
+                             f"(run the initializer first)") from None
+
     def write_variable(self, name, value):
         self.session._store[name] = value
+
+    def write_variables(self, names, values):
+        """write_variable of each name with its value."""
+        self.session._store.update(zip(names, values))
 
     def backprop(self, gradients_op):
         """Reverse mode from gradients_op's y to its xs over this run's values."""
