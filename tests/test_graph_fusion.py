@@ -622,7 +622,7 @@ def test_the_folds_per_channel_arithmetic_is_one_program_each_way(monkeypatch):
                      "Reshape"}
     # The weights' products ([C] times a filter) and the moving averages are not theirs.
     assert all(len(op.outputs[0].shape) <= 2 for u in programs for op in u.ops)
-    assert all(len(u.gradients) == 1 and next(iter(u.gradients.values())).possible
+    assert all(len(u.gradients) == 1 and next(iter(u.gradients.values()))[0].possible
                for u in programs)
     _trains_the_same_without(monkeypatch, "_vector_program", fusion.VectorProgram, fused,
                              fused_losses)

@@ -533,11 +533,16 @@ class RangePair(Unit):
             if averages[side] is not None:
                 self.inputs.extend(averages[side].inputs[1:])
         self.starts = [starts[0], starts[1]]
-        # The clamps' constants, as the Const ops hold them (the plan may run those after the
-        # unit's place in its first run).
-        self.bounds = {member: constant_value(_other(member, _input_of(member, head)))
-                       for head, tail in zip((first, second), tails)
-                       for member in tail[:1] if member.type in _CLAMPS}
+        # Each output's tail as (clamp, its constant, the stored variable's name), None where the
+        # tail has no such op; the constants as the Const ops hold them (the plan may run those
+        # after the unit's place in its first run).
+        self.stores = []
+        for head, tail in zip((first, second), tails):
+            clamp = tail[0] if tail and tail[0].type in _CLAMPS else None
+            self.stores.append((
+                None if clamp is None else _CLAMPS[clamp.type],
+                None if clamp is None else constant_value(_other(clamp, _input_of(clamp, head))),
+                tail[-1].inputs[0].op.name if tail else None))
         self.outputs = [average.outputs[0] if average is not None else
                         tail[-1].outputs[0] if tail else head.outputs[0]
                         for head, tail, average in zip((first, second), tails, averages)]
@@ -582,18 +587,18 @@ class RangePair(Unit):
     def _stored(self, heads, inputs, ctx):
         """The two outputs: each extreme through its tail (clamp, then store) or its average."""
         outputs = []
-        for value, tail, average, start in zip(heads, self.tails, self.averages, self.starts):
+        for value, average, start, (clamp, bound, name) in zip(heads, self.averages, self.starts,
+                                                               self.stores):
             if average is not None:
                 operands = inputs[start:start + len(average.inputs) - 1]
                 value = average.forward(None, [value] + operands, ctx)[0]
-            for member in tail:
-                if member.type in _CLAMPS:
-                    value = _CLAMPS[member.type](value, self.bounds[member])
-                elif ctx.update_state:
-                    value = np.array(value, FLOAT32)
-                    ctx.write_variable(member.inputs[0].op.name, value)
-                else:
-                    value = ctx.current_variable(member.inputs[0].op.name)
+            if clamp is not None:
+                value = clamp(value, bound)
+            if name is not None and ctx.update_state:
+                value = np.array(value, FLOAT32)
+                ctx.write_variable(name, value)
+            elif name is not None:
+                value = ctx.current_variable(name)
             outputs.append(value)
         return tuple(outputs)
 
@@ -1090,7 +1095,9 @@ class VectorProgram(Unit):
         self.length = vector_program.elements(exits[0])
         self.no_rows = np.empty((0, self.length), FLOAT32)
         self.scalars = [k for k, t in enumerate(inputs) if len(t.shape) == 0]
-        self.gradients = {}  # (needed, which exits have a gradient) -> vector_program.Gradient
+        self.exit_places = self._exit_places()
+        # (needed, which exits have a gradient) -> _gradient_program(...)
+        self.gradients = {}
 
     @property
     def runs_at(self):
@@ -1102,6 +1109,14 @@ class VectorProgram(Unit):
             return np.reshape(sources[row], shape)
         return registers[row - len(sources)].reshape(shape)
 
+    def _exit_places(self):
+        """Where forward finds each exit: (whether among the sources, row there or in the
+        registers, shape)."""
+        sources = len(self.inputs)
+        return [(self.program.row[t] < sources,
+                 self.program.row[t] - (0 if self.program.row[t] < sources else sources), t.shape)
+                for t in self.exits]
+
     def forward(self, op, inputs, ctx):
         sources = list(inputs)
         for k in self.scalars:  # a 0-d value may come as a numpy scalar
@@ -1112,32 +1127,44 @@ class VectorProgram(Unit):
         if sources is None:
             raise ValueError(f"{self.name}: the inputs must be float32, got "
                              f"{[np.asarray(v).dtype.name for v in inputs]}")
-        values = [self._value(program.row[t], t.shape, sources, registers) for t in self.exits]
-        return tuple(values) + (registers,)
+        values = [np.reshape(sources[row], shape) if in_sources else registers[row].reshape(shape)
+                  for in_sources, row, shape in self.exit_places]
+        return (*values, registers)
 
     def gradient(self, op, inputs, outputs, grads, needed):
         exit_grads = grads[:len(self.exits)]
         given = tuple(g is not None for g in exit_grads)
-        program = self.gradients.get((needed, given))
-        if program is None:
-            program = self.gradients[needed, given] = vector_program.Gradient(
-                self.program, self.ops, self.inputs, [t for t, g in zip(self.exits, given) if g],
-                needed, self.length)
-        incoming = [g for g in exit_grads if g is not None]
+        planned = self.gradients.get((needed, given))
+        if planned is None:
+            planned = self.gradients[needed, given] = self._gradient_program(needed, given)
+        program, returned = planned
         if program.possible:
-            sources = [np.asarray(v) if k in self.scalars else v for k, v in enumerate(inputs)]
+            sources = list(inputs)
+            for k in self.scalars:  # a 0-d value may come as a numpy scalar
+                sources[k] = np.asarray(sources[k])
+            sources.extend(vector_program.CONSTANTS)
+            sources.extend(g for g in exit_grads if g is not None)
             registers = np.empty((program.registers, self.length), FLOAT32)
-            sources = _run_program(program.code, outputs[-1],
-                                   sources + list(vector_program.CONSTANTS) + incoming, registers)
+            sources = _run_program(program.code, outputs[-1], sources, registers)
             if sources is not None:  # else a gradient that is not float32: numpy's types decide
                 result = [None] * len(inputs)
-                for k, row in program.returned:
-                    shape = self.inputs[k].shape
-                    result[k] = (registers[row - program.first_register].reshape(shape)
-                                 if row >= program.first_register
-                                 else np.reshape(sources[row - len(outputs[-1])], shape))
+                for k, in_registers, row, shape in returned:
+                    result[k] = (registers[row] if in_registers else sources[row]).reshape(shape)
                 return result
         return self._op_by_op_gradient(inputs, outputs[-1], exit_grads, needed)
+
+    def _gradient_program(self, needed, given):
+        """The gradient's program for the inputs `needed` and the exits `given` a gradient, and
+        where each input's gradient comes from: (input position, whether in the registers, row
+        there or in the sources, shape)."""
+        program = vector_program.Gradient(
+            self.program, self.ops, self.inputs, [t for t, g in zip(self.exits, given) if g],
+            needed, self.length)
+        kept = self.program.registers  # the forward's registers come first in the gradient's rows
+        returned = [(k, row >= program.first_register,
+                     row - program.first_register if row >= program.first_register else row - kept,
+                     self.inputs[k].shape) for k, row in program.returned]
+        return program, returned
 
     def _op_by_op_gradient(self, inputs, registers, exit_grads, needed):
         values = dict(zip(self.inputs, inputs))

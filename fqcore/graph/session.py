@@ -6,6 +6,7 @@ can do (fusion.py); a run reads the variables first, then runs the steps. After 
 successful run it keeps its constant ops' values and groups its consecutive steps into generated
 calls (step_runs.py); each Gradients op's path runs as a generated function (reverse_code.py)."""
 import heapq
+from itertools import repeat
 
 import numpy as np
 
@@ -555,9 +556,14 @@ def _feed_value(tensor, value):
     return array
 
 
+_STRUCTURES = (list, tuple, dict)
+
+
 def _flatten(fetches):
     """Flattens nested fetches and returns (flat list, function rebuilding the structure)."""
     if isinstance(fetches, (list, tuple)):
+        if not any(map(isinstance, fetches, repeat(_STRUCTURES))):  # no nesting: as they are
+            return list(fetches), (list if isinstance(fetches, list) else type(fetches))
         parts = [_flatten(f) for f in fetches]
         sizes = [len(p[0]) for p in parts]
         flat = [x for p in parts for x in p[0]]
