@@ -1,15 +1,20 @@
 """Profiles the demo's training step: where the main thread's time goes, by the code that is
 running (Python interpreter vs numpy, BLAS and fqcore's kernels), sampled with Linux perf.
 
-    python tools/profile_demo_step.py            # ms per step only
-    python tools/profile_demo_step.py --perf     # re-runs itself under `perf record`
+    python tools/profile_demo_step.py               # ms per step only
+    python tools/profile_demo_step.py --perf        # re-runs itself under `perf record`
+    python tools/profile_demo_step.py --bytecodes   # the Python bytecodes one step executes
 
 Only the samples taken during the timed steps count (after ten untimed runs), and only the main
 thread's. A sample counts for the first library on its call chain, from the innermost frame out,
 that is not libc, the dynamic loader or the kernel (those serve whoever called them: OpenBLAS
 zeroes its output with libc's memset, numpy copies with memmove). perf unwinds the chains from
 DWARF call frame information, as libc's string functions keep no frame pointer; a chain it still
-cannot follow past libc or the kernel is reported apart and counted as outside."""
+cannot follow past libc or the kernel is reported apart and counted as outside.
+
+--bytecodes counts, with sys.settrace, the bytecodes one step (after the same untimed runs)
+executes in each Python function: a measure of the interpreter's work that the machine's speed
+does not move."""
 import argparse
 import collections
 import os
@@ -29,7 +34,8 @@ INSIDE = {"BLAS", "numpy", "fqcore kernels"}
 WINDOW = "timed steps (CLOCK_MONOTONIC, s):"
 
 
-def run_steps(steps, batch):
+def prepared_step(batch):
+    """(the demo's graph, a function running training step k), after ten untimed steps."""
     from fqcore import demo
     from fqcore.datasets import load_digits
     from fqcore.malloc import keep_freed_memory
@@ -39,11 +45,45 @@ def run_steps(steps, batch):
         learning_rate=0.01)
     batches = [slice(i, i + batch) for i in range(0, len(data.x_train) - batch + 1, batch)]
     feeds = [{images: data.x_train[s], labels: data.y_train[s]} for s in batches]
-    for k in range(10):  # the plan's first runs (planning, constants) are not steps
+
+    def step(k):
         session.run([train_op, updates, loss], feeds[k % len(feeds)])
+    for k in range(10):  # the plan's first runs (planning, constants) are not steps
+        step(k)
+    return g, step
+
+
+def count_bytecodes(batch, top=15):
+    """Prints the Python bytecodes one training step executes: the total, then by function."""
+    g, step = prepared_step(batch)
+    counts, calls = collections.Counter(), collections.Counter()
+
+    def trace(frame, event, arg):
+        frame.f_trace_opcodes = True
+        code = frame.f_code
+        where = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno} {code.co_name}"
+        if event == "call":
+            calls[where] += 1
+        elif event == "opcode":
+            counts[where] += 1
+        return trace
+    sys.settrace(trace)
+    try:
+        step(10)
+    finally:
+        sys.settrace(None)
+    print(f"demo model, batch {batch}: {len(g.get_operations())} graph ops; one training step "
+          f"executes {sum(counts.values())} Python bytecodes in {sum(calls.values())} calls")
+    print("  bytecodes  calls  function")
+    for where, n in counts.most_common(top):
+        print(f"  {n:9d}  {calls[where]:5d}  {where}")
+
+
+def run_steps(steps, batch):
+    g, step = prepared_step(batch)
     start = time.clock_gettime(time.CLOCK_MONOTONIC)
     for k in range(steps):
-        session.run([train_op, updates, loss], feeds[k % len(feeds)])
+        step(k)
     end = time.clock_gettime(time.CLOCK_MONOTONIC)
     print(f"demo model, batch {batch}: {len(g.get_operations())} graph ops, "
           f"{(end - start) / steps * 1e3:.2f} ms per training step ({steps} steps)")
@@ -110,8 +150,12 @@ def main():
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--perf", action="store_true", help="sample with perf and classify")
+    parser.add_argument("--bytecodes", action="store_true",
+                        help="count the Python bytecodes of one step, by function")
     args = parser.parse_args()
-    if args.perf:
+    if args.bytecodes:
+        count_bytecodes(args.batch)
+    elif args.perf:
         profile_with_perf(args.steps, args.batch)
     else:
         run_steps(args.steps, args.batch)
