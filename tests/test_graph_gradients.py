@@ -771,3 +771,22 @@ def test_reverse_mode_stops_where_no_gradient_flows(monkeypatch):
     xv = np.array([1.0, -2.0, 3.0], F32)
     np.testing.assert_array_equal(s.run(dx, {x: xv}), 2 * xv * (2 * xv / 4))
     assert calls == []
+
+
+def test_reverse_code_adds_to_the_gradients_the_run_starts_with():
+    """compile_path stores a tensor's first term on the path as it is, unless the run's grads
+    start with a gradient of that tensor (`given`): then the term is added to it."""
+    from fqcore.graph import reverse_code
+    from fqcore.graph.op_registry import gradient_function
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [2], name="x")
+        y = G.multiply(x, G.constant(np.float32(3.0)), name="y")
+    values = {x: np.array([1.0, 2.0], np.float32), y.op.inputs[1]: np.float32(3.0),
+              y: np.array([3.0, 6.0], np.float32)}
+    path = [(y.op, gradient_function(y.op), [(0, x)], None)]
+    start = np.array([10.0, 20.0], np.float32)
+    for given, want in (((), [3.0, 3.0]), ((x,), [13.0, 23.0])):
+        run = reverse_code.compile_path(path, set(), given=given)
+        grads = run(values, {y: np.ones(2, np.float32), x: start}, set())
+        np.testing.assert_array_equal(grads[x], want)

@@ -7,13 +7,24 @@ variable's read passes its gradient on) written out in place of its call."""
 from .op_defs.array import pass_gradient
 
 
-def compile_path(path, can_die):
+def compile_path(path, can_die, given=()):
     """run(values, grads, dead) for `path` (the plan's (op, gradient, summed, needed) entries, in
     reverse execution order): each entry whose outputs have a gradient and whose op did not die
     calls its gradient function on the run's values (a unit's with its `needed` too) and adds
     each input gradient it gives to `grads` (summed: the (position, tensor) pairs that take
-    one). Only the ops in `can_die` (those a dead branch can reach) are looked up in `dead`."""
+    one). Only the ops in `can_die` (those a dead branch can reach) are looked up in `dead`.
+    `grads` holds gradients of the tensors `given` when the run starts, of no others: a
+    tensor's first term on the path is stored as it is, the later ones added to what is there."""
     scope, names = {}, {}
+    stored = set(given)  # tensors whose gradient an earlier line of the path may have stored
+
+    def store(tensor, term):
+        """The lines that add `term` to the gradient of `tensor`."""
+        target = name_of(tensor)
+        if tensor in stored:
+            return [f"p = get({target})", f"grads[{target}] = {term} if p is None else p + {term}"]
+        stored.add(tensor)
+        return [f"grads[{target}] = {term}"]
 
     def name_of(tensor):
         if tensor not in names:
@@ -27,14 +38,12 @@ def compile_path(path, can_die):
         incoming = [f"a{j}" for j in range(len(outputs))]
         for a, t in zip(incoming, outputs):
             lines.append(f"    {a} = get({t})")
-        given = " or ".join(f"{a} is not None" for a in incoming) or "False"
+        has_gradient = " or ".join(f"{a} is not None" for a in incoming) or "False"
         alive = f" and op{k} not in dead" if op in can_die else ""
-        lines.append(f"    if ({given}){alive}:")
+        lines.append(f"    if ({has_gradient}){alive}:")
         if gradient is pass_gradient and len(outputs) == 1 and [p for p, _ in summed] == [0]:
             # An Identity (a variable's read): its input's gradient is its output's.
-            target = name_of(summed[0][1])
-            lines.append(f"        p = get({target})")
-            lines.append(f"        grads[{target}] = a0 if p is None else p + a0")
+            lines.extend("        " + line for line in store(summed[0][1], "a0"))
             continue
         operands = ", ".join(f"values[{name_of(t)}]" for t in op.inputs)
         results = ", ".join(f"values[{t}]" for t in outputs)
@@ -42,11 +51,9 @@ def compile_path(path, can_die):
         lines.append(f"        r = gradient{k}(op{k}, [{operands}], [{results}], "
                      f"[{', '.join(incoming)}]{unit_needs})")
         for position, t in summed:
-            target = name_of(t)
             lines.append(f"        g = r[{position}]")
             lines.append("        if g is not None:")
-            lines.append(f"            p = get({target})")
-            lines.append(f"            grads[{target}] = g if p is None else p + g")
+            lines.extend("            " + line for line in store(t, "g"))
     lines.append("    return grads")
     exec("\n".join(lines), scope)  # noqa: S102 (generated from indices only)
     return scope["run"]

@@ -339,7 +339,7 @@ class _Plan:
         code = self.reverse_codes.get(gradients_op)
         if code is None:
             code = self.reverse_codes[gradients_op] = reverse_code.compile_path(
-                self.backprop_path(gradients_op), self.can_die)
+                self.backprop_path(gradients_op), self.can_die, given=gradients_op.inputs[:1])
         return code
 
 
