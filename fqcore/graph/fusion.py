@@ -526,7 +526,7 @@ class RangePair(Unit):
         # float32_range gives (min, max): which of the two each output is.
         self.picks = (0, 1) if first.type == "Min" else (1, 0)
         # x, then each average's operands but the extreme, the min's first (`starts`: where
-        # each output's begin).
+        # each output's operands begin).
         self.inputs, starts = [first.inputs[0]], {}
         for side in (self.picks.index(0), self.picks.index(1)):
             starts[side] = len(self.inputs)
@@ -691,12 +691,11 @@ def _range_pair(op, rules, taken):
             tails = tuple(_stored_tail(m.outputs[0], rules) for m in (op, partner))
             averages = tuple(None if tail else _averaged_tail(m.outputs[0], rules)
                              for m, tail in zip((op, partner), tails))
-            if averages == (None, None):
-                return RangePair(op, partner, np.asarray(axes), tails)
             # With an average the pair runs where its last op ran, if its outputs are read
             # only after that.
-            last = _runs_last([op, partner] + [m for tail in tails for m in tail] + [
-                m for average in averages if average is not None for m in average.ops], rules)
+            last = None if averages == (None, None) else _runs_last(
+                [op, partner] + [m for tail in tails for m in tail]
+                + [m for average in averages if average is not None for m in average.ops], rules)
             if last is None:
                 return RangePair(op, partner, np.asarray(axes), tails)
             return RangePair(op, partner, np.asarray(axes), tails, averages, last)
@@ -710,9 +709,12 @@ def _statistics_only(op, rules):
         return None
     if not rules.fusable(op) or not rules.unread(op.outputs[0]):
         return None
-    averages = [average for statistic in op.outputs[1:3]
-                for average in map(lambda r: _moving_average(r, rules), rules.readers(statistic))
-                if average is not None and average.inputs[1] is statistic]
+    averages = []
+    for statistic in op.outputs[1:3]:
+        for reader in rules.readers(statistic):
+            average = _moving_average(reader, rules)
+            if average is not None and average.inputs[1] is statistic:
+                averages.append(average)
     last = _runs_last([op] + [m for average in averages for m in average.ops], rules)
     if not averages or last is None:
         return BatchNormStatistics(op)
@@ -1112,10 +1114,12 @@ class VectorProgram(Unit):
     def _exit_places(self):
         """Where forward finds each exit: (whether among the sources, row there or in the
         registers, shape)."""
-        sources = len(self.inputs)
-        return [(self.program.row[t] < sources,
-                 self.program.row[t] - (0 if self.program.row[t] < sources else sources), t.shape)
-                for t in self.exits]
+        sources, places = len(self.inputs), []
+        for t in self.exits:
+            row = self.program.row[t]
+            places.append((True, row, t.shape) if row < sources else
+                          (False, row - sources, t.shape))
+        return places
 
     def forward(self, op, inputs, ctx):
         sources = list(inputs)

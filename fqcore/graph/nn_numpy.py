@@ -360,6 +360,7 @@ def _depthwise_geometry(x_shape, w_shape, g):
 
 
 def _flat32(array):
+    """`array` as one C-contiguous row, as the kernels read it (a copy where it is not)."""
     return np.ascontiguousarray(array).reshape(-1)
 
 
@@ -415,15 +416,20 @@ def depthwise_conv2d_grad_planned(x, w, dy, g, input_gradient=True):
     return dx, dw
 
 
+def _added_in_order(parts):
+    """The sum of `parts` added one by one in order (None for none), as reverse mode adds them."""
+    total = None
+    for part in parts:
+        total = part if total is None else total + part
+    return total
+
+
 def depthwise_conv2d_input_grad_sum(x, terms, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     """The sum of depthwise_conv2d_grad's dx over `terms`, (w, dy) pairs of one geometry on x,
     added in order: the same bits, and two float32 terms in one pass over dx."""
     if x.dtype != np.float32 or len(terms) != 2 or terms[0][0].shape != terms[1][0].shape:
-        dx = None
-        for w, dy in terms:
-            part = depthwise_conv2d_grad(x, w, dy, strides, padding, dilations)[0]
-            dx = part if dx is None else dx + part
-        return dx
+        return _added_in_order(depthwise_conv2d_grad(x, w, dy, strides, padding, dilations)[0]
+                               for w, dy in terms)
     x, w_a, strides, dilations, oh, ow, pads = _conv_setup(x, terms[0][0], strides, padding,
                                                            dilations)
     terms = [(w_a, terms[0][1]), (_filter(terms[1][0], x), terms[1][1])]
@@ -435,11 +441,7 @@ def depthwise_conv2d_input_grad_sum_planned(x, terms, g):
     """depthwise_conv2d_input_grad_sum of float32 arrays that conv_geometry checked as `g`, with
     filters of one shape (dy is checked)."""
     if len(terms) != 2:
-        dx = None
-        for w, dy in terms:
-            part = depthwise_conv2d_grad_planned(x, w, dy, g)[0]
-            dx = part if dx is None else dx + part
-        return dx
+        return _added_in_order(depthwise_conv2d_grad_planned(x, w, dy, g)[0] for w, dy in terms)
     (w_a, dy_a), (w_b, dy_b) = terms
     dx = np.empty(x.shape, np.float32)
     _kernels.depthwise_grad_input_sum(_depthwise_dy(dy_a, x, w_a, g), _flat32(w_a),

@@ -179,8 +179,7 @@ class Session:
             if value is DEAD:
                 raise ValueError(f"fetched tensor {element.name!r} is on a branch that did not run")
             if isinstance(value, _Uninitialized):
-                raise ValueError(f"variable {value.name!r} is used before it is initialized "
-                                 f"(run the initializer first)")
+                raise _not_initialized(value.name)
             # A copy: fetched arrays may be the variables' stored values, which must not change
             # behind the session's back.
             results.append(np.array(value, copy=True))
@@ -489,8 +488,7 @@ class _Run:
     def current_variable(self, name):
         value = self.session._store.get(name, _UNSET)
         if value is _UNSET:
-            raise ValueError(f"variable {name!r} is used before it is initialized "
-                             f"(run the initializer first)")
+            raise _not_initialized(name)
         return value
 
     def current_variables(self, names):
@@ -498,8 +496,7 @@ class _Run:
         try:
             return tuple(map(self.session._store.__getitem__, names))
         except KeyError as missing:
-            raise ValueError(f"variable {missing.args[0]!r} is used before it is initialized "
-                             f"(run the initializer first)") from None
+            raise _not_initialized(missing.args[0]) from None
 
     def write_variable(self, name, value):
         self.session._store[name] = value
@@ -518,6 +515,12 @@ class _Run:
                      np.zeros_like(values[x]) for x in xs)
 
 
+def _not_initialized(name):
+    """The error for variable `name` used before its initializer ran."""
+    return ValueError(f"variable {name!r} is used before it is initialized (run the initializer "
+                      f"first)")
+
+
 class _Uninitialized:
     """The value of a variable read before initialization; any use of it is an error."""
 
@@ -525,8 +528,7 @@ class _Uninitialized:
         self.name = name
 
     def __getattr__(self, attribute):
-        raise ValueError(f"variable {self.name!r} is used before it is initialized "
-                         f"(run the initializer first)")
+        raise _not_initialized(self.name)
 
     def __array__(self, *args, **kwargs):
         self.__getattr__("__array__")
