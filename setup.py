@@ -170,12 +170,14 @@ class BuildWithIsaFlags(build_ext):
     def build_extensions(self):
         compiler = self.compiler
         required = _required_isas()
-        (ext,) = self.extensions  # fqcore._kernels
+        # The C kernels' extension; the engine's (fqcore.graph._engine) is Cython alone.
+        ext = next(e for e in self.extensions if e.name == "fqcore._kernels")
         # The thread pool is POSIX threads (src_c/common/parallel.c).
         ext.extra_compile_args.append("-pthread")
         ext.extra_link_args.append("-pthread")
-        if not _cflags_choose("-g"):
-            ext.extra_compile_args.append(NO_DEBUG_INFO)
+        if not _cflags_choose("-g"):  # a wheel's libraries ship without debug sections
+            for each in self.extensions:
+                each.extra_compile_args.append(NO_DEBUG_INFO)
         own_flags = _own_c_flags()
         kernel_flags = ext.extra_compile_args + own_flags
 
@@ -240,7 +242,10 @@ extension = Extension(
     depends=sorted(glob.glob(os.path.join(SRC, "**", "*.h"), recursive=True)),
 )
 
+# The engine's compiled loops (a run of plan steps, reverse mode): Cython without C sources.
+engine = Extension("fqcore.graph._engine", sources=["fqcore/graph/_engine.pyx"])
+
 setup(
-    ext_modules=cythonize([extension], compiler_directives=_cython_directives()),
+    ext_modules=cythonize([extension, engine], compiler_directives=_cython_directives()),
     cmdclass={"build_ext": BuildWithIsaFlags},
 )

@@ -14,7 +14,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The sdist builds the extension from these, besides every C source under src_c.
 SDIST_NEEDS = ["LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in",
-               "fqcore/_kernels.pyx", "fqcore/_kernels.pxd", "fqcore/datasets/digits.npz"]
+               "fqcore/_kernels.pyx", "fqcore/_kernels.pxd", "fqcore/graph/_engine.pyx",
+               "fqcore/datasets/digits.npz"]
+# What Cython generates: each build makes it again.
+GENERATED_C = ("fqcore/_kernels.c", "fqcore/graph/_engine.c")
+# The compiled extensions, one library each in a wheel.
+EXTENSIONS = ("fqcore/_kernels.", "fqcore/graph/_engine.")
 # Build inputs and leftovers that a wheel must not carry.
 NOT_IN_WHEEL = (".c", ".h", ".pyx", ".pxd", ".o")
 URL_LABELS = ["Homepage", "Source", "Issues", "Documentation"]
@@ -32,7 +37,7 @@ def check_sdist(path):
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     problems = [f"missing {name}" for name in SDIST_NEEDS + _tracked("src_c") if name not in names]
     problems += [f"ships {name}" for name in sorted(names)
-                 if name.startswith("tests/") or name == "fqcore/_kernels.c"]
+                 if name.startswith("tests/") or name in GENERATED_C]
     return problems
 
 
@@ -51,11 +56,13 @@ def check_wheel(path):
         names = archive.namelist()
         metadata_name = next(name for name in names if name.endswith(".dist-info/METADATA"))
         metadata = email.parser.Parser().parsestr(archive.read(metadata_name).decode())
-        libraries = [name for name in names if name.startswith("fqcore/_kernels.")
-                     and name.endswith(".so")]
         problems = [f"ships {name}" for name in names if name.endswith(NOT_IN_WHEEL)]
-        if len(libraries) != 1:
-            problems.append(f"has {len(libraries)} fqcore/_kernels*.so: {libraries}")
+        libraries = []
+        for extension in EXTENSIONS:
+            found = [name for name in names if name.startswith(extension) and name.endswith(".so")]
+            if len(found) != 1:
+                problems.append(f"has {len(found)} {extension}*.so: {found}")
+            libraries += found
         for library in libraries:
             debug = _debug_sections(archive.read(library))
             if debug:

@@ -762,7 +762,7 @@ def test_constant_subgraphs_run_once_per_plan():
 
 
 def test_steps_run_in_groups_and_a_failure_names_its_op():
-    """After a plan's first run its consecutive steps run as one generated call (step_runs.py):
+    """After a plan's first run its consecutive steps run as one compiled call (step_runs.py):
     the same values, every intermediate fetchable, and an error names the op that raised it."""
     from fqcore.graph import step_runs
     g = G.Graph()
@@ -784,6 +784,71 @@ def test_steps_run_in_groups_and_a_failure_names_its_op():
         ["shifted", "product", "squares", "total"]]
     with pytest.raises(ValueError, match=r"^product \(Mul\): operands could not be broadcast"):
         s.run([shifted, total], {x: np.arange(4, dtype=F32), y: np.ones(3, F32)})
+
+
+class _Member:
+    def __init__(self, name):
+        self.name, self.type = name, "Test"
+
+
+def test_a_step_program_passes_each_members_outputs_to_later_members_by_slot():
+    """_engine.StepProgram: operands from the run's inputs and earlier outputs, every output
+    returned in order; a ValueError names its member in ctx.failing_op; a member that gives
+    another number of results than its outputs is an error, not a shift of the values after."""
+    from fqcore.graph._engine import StepProgram
+
+    def add(member, operands, ctx):
+        return (operands[0] + operands[1],)
+
+    def split(member, operands, ctx):
+        return operands[0] - 1, operands[0] + 1
+
+    class Ctx:
+        failing_op = None
+    members = [_Member("a"), _Member("b"), _Member("c")]
+    # a = in0 + in1 (slot 2); b = a - 1, a + 1 (slots 3, 4); c = b1 + in0 (slot 5)
+    program = StepProgram([add, split, add], members, [[0, 1], [2], [4, 0]], [1, 2, 1], 2)
+    assert program(None, [10, 5], Ctx()) == [15, 14, 16, 26]
+    ctx = Ctx()
+    with pytest.raises(TypeError):
+        program(None, [10, "x"], ctx)
+    assert ctx.failing_op is members[0]
+    short = StepProgram([split, add], members[:2], [[0], [1, 0]], [1, 1], 1)
+    with pytest.raises(RuntimeError, match=r"a \(Test\) gave 2 results for its 1 outputs"):
+        short(None, [1], Ctx())
+    with pytest.raises(ValueError, match="1 operands expected, got 2"):
+        short(None, [1, 2], Ctx())
+    with pytest.raises(ValueError, match="operand slot"):
+        StepProgram([add], members[:1], [[0, 3]], [1], 2)
+
+
+def test_a_reverse_path_sums_terms_skips_dead_ops_and_passes_identities():
+    """_engine.ReversePath: an op whose outputs have no gradient, or that died, is not called; a
+    first term is stored, later ones added; one tensor as two inputs gets both terms; a passing
+    entry hands its output gradient to its input without a call."""
+    from fqcore.graph._engine import ReversePath
+    calls = []
+
+    def times_two(op, operands, outputs, incoming):
+        calls.append(op.name)
+        return [2 * incoming[0], 3 * incoming[0]]
+
+    x, y, z, w, unused = "x", "y", "z", "w", "unused"
+    square, dead_op, identity, idle = (_Member(n) for n in ("square", "dead", "identity", "idle"))
+    entries = [
+        (idle, times_two, [unused], [x, x], None, False, False, [0], [x], [True]),
+        (square, times_two, [z], [x, x], None, False, False, [0, 1], [x, x], [True, False]),
+        (dead_op, times_two, [z], [y], None, True, False, [0], [y], [True]),
+        (identity, None, [z], [w], None, False, True, [0], [w], [True]),
+    ]
+    values = {x: 1.0, y: 2.0, z: 3.0, w: 4.0, unused: 0.0}
+    grads = ReversePath(entries)(values, {z: 1.0}, {dead_op})
+    assert grads == {z: 1.0, x: 5.0, w: 1.0}
+    assert calls == ["square"]
+    grads = ReversePath(entries)(values, {z: 1.0}, set())
+    assert grads == {z: 1.0, x: 5.0, y: 2.0, w: 1.0}
+    with pytest.raises(ValueError, match="square: positions, targets and first"):
+        ReversePath([(square, times_two, [z], [x], None, False, False, [0], [x], [])])
 
 
 def test_a_run_that_starts_before_its_plan_folds_finishes_on_what_it_started_with(monkeypatch):

@@ -28,6 +28,9 @@ import time
 CLASSES = (("BLAS", ("openblas", "libblas", "mkl")),
            ("numpy", ("_multiarray_umath", "numpy", "libm.", "libmvec")),
            ("fqcore kernels", ("_kernels", "libgomp")),
+           # The engine's compiled loops (fqcore/graph/_engine.pyx) are no kernel: they count
+           # outside, as the Python they replaced did.
+           ("fqcore engine", ("_engine",)),
            ("Python interpreter", ("libpython", "python3")))
 SERVICE = ("[kernel", "libc.", "libc-", "ld-linux", "libgcc", "libstdc++", "libpthread")
 INSIDE = {"BLAS", "numpy", "fqcore kernels"}

@@ -3,8 +3,9 @@ variables' values, and computes gradients (reverse mode) when a Gradients op run
 
 A plan, made once for a set of fetches and feeds, orders the ops and fuses what one kernel call
 can do (fusion.py); a run reads the variables first, then runs the steps. After a plan's first
-successful run it keeps its constant ops' values and groups its consecutive steps into generated
-calls (step_runs.py); each Gradients op's path runs as a generated function (reverse_code.py)."""
+successful run it keeps its constant ops' values and groups its consecutive steps into compiled
+programs (step_runs.py); each Gradients op's path runs as one compiled program (reverse_code.py);
+both programs are _engine.pyx's loops."""
 import heapq
 from itertools import repeat
 

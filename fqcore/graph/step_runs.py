@@ -1,16 +1,17 @@
 """Runs of consecutive plan steps as one call. A training step is hundreds of small ops (a range
 tracker's moving average, the fold's per-channel factors, the optimizer's updates), and the
 engine's loop costs more per step than most of those ops' numpy work. A run of consecutive steps
-that cannot see a dead value becomes one function, generated once per plan, that calls each
-step's forward with its operands held in local variables and returns every output: the same
-calls in the same order, so the same values, without the loop's lookups and stores between them.
+that cannot see a dead value becomes one compiled program (_engine.StepProgram), made once per
+plan, that calls each step's forward with its operands held in slots and returns every output:
+the same calls in the same order, so the same values, without the loop's lookups and stores
+between them.
 """
-from itertools import count
+from ._engine import StepProgram
 
 # A run shorter than this stays as its steps: one call buys nothing.
 MIN_STEPS = 2
 # Ops whose forward reads the run's values beyond its operands (reverse mode reads every value
-# on its path), which a run holds in locals until it returns: each runs as its own step.
+# on its path), which a run holds in its slots until it returns: each runs as its own step.
 _READS_RUN_VALUES = {"Gradients"}
 
 
@@ -59,30 +60,15 @@ def group(steps):
 
 
 def _compile(steps, inputs, members):
-    """forward(op, args, ctx) for the run: each member's forward on its operands, in order; a
-    ValueError or TypeError leaves the failing member in ctx.failing_op for the engine's
-    message. The source names only generated locals; ops and functions come in by closure."""
-    names, fresh = {}, count()
-    for t in inputs:
-        names[t] = f"v{next(fresh)}"
-    scope = {"members": members}
-    lines = ["def forward(op, args, ctx):"]
-    if inputs:
-        lines.append(f"    ({''.join(names[t] + ', ' for t in inputs)}) = args")
-    lines.append("    k = 0")
-    lines.append("    try:")
-    for k, (op, forward, member_inputs, member_outputs, _, _) in enumerate(steps):
-        scope[f"f{k}"], scope[f"m{k}"] = forward, op
-        operands = ", ".join(names[t] for t in member_inputs)
-        lines.append(f"        k = {k}")
-        lines.append(f"        r = f{k}(m{k}, [{operands}], ctx)")
-        for index, t in enumerate(member_outputs):
-            names[t] = f"v{next(fresh)}"
-            lines.append(f"        {names[t]} = r[{index}]")
-    lines.append("    except (ValueError, TypeError):")
-    lines.append("        ctx.failing_op = members[k]")
-    lines.append("        raise")
-    outputs = [names[t] for _, _, _, member_outputs, _, _ in steps for t in member_outputs]
-    lines.append(f"    return ({''.join(name + ', ' for name in outputs)})")
-    exec("\n".join(lines), scope)  # noqa: S102 (generated from indices only)
-    return scope["forward"]
+    """The run's forward(op, args, ctx) (_engine.StepProgram): each member's forward on its
+    operands, in order, with the run's inputs in the first slots and each member's outputs in
+    the slots after."""
+    slot = {t: k for k, t in enumerate(inputs)}
+    operand_slots, output_counts = [], []
+    for _, _, member_inputs, member_outputs, _, _ in steps:
+        operand_slots.append([slot[t] for t in member_inputs])
+        output_counts.append(len(member_outputs))
+        for t in member_outputs:
+            slot[t] = len(slot)
+    return StepProgram([step[1] for step in steps], members, operand_slots, output_counts,
+                       len(inputs))
