@@ -146,6 +146,7 @@ cdef extern from "fqcore.h" nogil:
         FQ_CLAMP_NONE
         FQ_CLAMP_MINIMUM
         FQ_CLAMP_MAXIMUM
+    float fq_f32_clamp(float extreme, fq_tracker_clamp clamp, float bound)
     void fq_f32_tracker_step(float extreme, fq_tracker_clamp clamp, float bound, float read,
                              float decay_complement, float increment, float base, float one,
                              float biased, float step, float *out)

@@ -708,6 +708,27 @@ def range_trackers(x, tuple clamps, tuple operands, tuple state):
             _float32_scalar(a[1]), _float32_scalar(b[0]), _float32_scalar(b[1]))
 
 
+def clamped_range(x, tuple clamps, tuple bounds):
+    """A last-value range tracker's batch range: x's per-tensor min and max (fq_f32_range; x a
+    C-contiguous float32 array of any shape), the min through fq_f32_clamp with clamps[0] and
+    bounds[0], the max with clamps[1] and bounds[1]. Returns (min', max'), each a new 0-d float32
+    array."""
+    if len(clamps) != 2 or len(bounds) != 2:
+        raise ValueError(f"clamped_range takes 2 clamps and 2 bounds, got {len(clamps)} and "
+                         f"{len(bounds)}")
+    cdef Py_ssize_t n = _float32_size(x, "x")
+    cdef const float *data = <const float *>cnp.PyArray_DATA(<cnp.ndarray>x)
+    cdef fq_tracker_clamp low_clamp = _clamp(clamps[0]), high_clamp = _clamp(clamps[1])
+    cdef float low_bound = bounds[0], high_bound = bounds[1]
+    cdef float extremes[2]
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_range(data, n, 1, &extremes[0], &extremes[1])
+    _check(rc)
+    return (_float32_scalar(fq_f32_clamp(extremes[0], low_clamp, low_bound)),
+            _float32_scalar(fq_f32_clamp(extremes[1], high_clamp, high_bound)))
+
+
 cdef float *_float32_out(object array, str name, Py_ssize_t size) except? NULL:
     """_float32_data of an array the kernel writes: it must be writeable."""
     cdef const float *data = _float32_data(array, name, size)

@@ -562,6 +562,8 @@ def test_range_trackers_run_as_few_steps_with_the_same_bits(monkeypatch):
     tails = sorted(tuple(op.type for op in tail) for u in units
                    if isinstance(u, fusion.RangePair) for tail in u.tails)
     assert tails == [()] * 12 + [("Maximum", "Assign")] * 5 + [("Minimum", "Assign")] * 5
+    # The weights' pairs: range, clamps and stored values in one clamped_range call.
+    assert sum(u.clamped_stores for u in units if isinstance(u, fusion.RangePair)) == 5
     _without_tracker_units(monkeypatch)
     plain, plain_losses, units, _ = _demo_steps(4, batch_sizes=(64, 32))
     assert _averages(units) == [] and all(
@@ -923,6 +925,26 @@ def test_a_tracker_step_has_the_ops_bits_on_special_values(clamp):
         want_high = _tracker_ops(high[0], *high_operands)
         assert _bits(pair).tolist() == _bits([want_low[2], want_high[2], *want_low[:2],
                                               *want_high[:2]]).tolist(), (extreme, bound)
+
+
+@pytest.mark.parametrize("clamp", [0, 1, 2])
+def test_a_clamped_range_has_the_ops_bits_on_special_values(clamp):
+    """clamped_range (a last-value tracker pair's batch range, clamps and stored values in one
+    call) against the Min / Max and Minimum / Maximum ops, every extreme against every bound of
+    SPECIAL: the range kernel's extremes, each through numpy's clamp."""
+    for extreme, bound in itertools.product(SPECIAL, SPECIAL):
+        x = np.array([extreme, 1.0], np.float32)
+        low, high = np.empty(1, np.float32), np.empty(1, np.float32)
+        fqcore._kernels.batch_range(x, low, high)
+        got = fqcore._kernels.clamped_range(x, (clamp, clamp), (bound, -bound))
+        want = [{0: v, 1: np.minimum(v, b), 2: np.maximum(v, b)}[clamp]
+                for v, b in ((low[0], np.float32(bound)), (high[0], -np.float32(bound)))]
+        assert _bits(got).tolist() == _bits(want).tolist(), (extreme, bound)
+        assert all(v.shape == () and v.dtype == np.float32 for v in got)
+    with pytest.raises(ValueError, match="takes 2 clamps and 2 bounds, got 2 and 1"):
+        fqcore._kernels.clamped_range(x, (0, 0), (0.0,))
+    with pytest.raises(ValueError, match="x must be a C-contiguous float32 array"):
+        fqcore._kernels.clamped_range(np.ones((2, 3), np.float32).T, (0, 0), (0.0, 0.0))
 
 
 def test_range_trackers_takes_the_range_of_the_whole_tensor_and_names_what_it_refuses():

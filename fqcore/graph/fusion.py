@@ -557,6 +557,19 @@ class RangePair(Unit):
             self.clamps = (low.clamp, high.clamp)
             self.state = low.variables[:2] + high.variables[:2]
             self.written = [low.variables[2], high.variables[2]] + self.state
+        # Both stored and neither averaged (last-value trackers): the range, both clamps and the
+        # values stored are one clamped_range call; its operands by extreme, the min's first.
+        self.clamped_stores = averages == (None, None) and all(
+            name is not None for _, _, name in self.stores)
+        if self.clamped_stores:
+            sides = [self.picks.index(0), self.picks.index(1)]
+            clamp_ops = [tails[side][0] if tails[side][0].type in _CLAMPS else None
+                         for side in sides]
+            self.store_clamps = tuple(_NO_CLAMP if c is None else _CLAMP_CODES[c.type]
+                                      for c in clamp_ops)
+            self.store_bounds = tuple(0.0 if c is None else float(self.stores[side][1])
+                                      for c, side in zip(clamp_ops, sides))
+            self.store_names = [self.stores[side][2] for side in sides]
         self._runs_at = last or first
         # An average's step counter may run before the pair's first op: it joins the unit.
         self.gathers_earlier_ops = averages != (None, None)
@@ -581,6 +594,11 @@ class RangePair(Unit):
                                               ctx.current_variables(self.state))
             ctx.write_variables(self.written, written)
             return written[self.picks[0]], written[self.picks[1]]
+        if self.clamped_stores and ctx.update_state and layout == (1, ()):
+            stored = _kernels.clamped_range(np.ascontiguousarray(x), self.store_clamps,
+                                            self.store_bounds)
+            ctx.write_variables(self.store_names, stored)
+            return stored[self.picks[0]], stored[self.picks[1]]
         extremes = float32_range(x, layout)
         return self._stored([extremes[self.picks[0]], extremes[self.picks[1]]], inputs, ctx)
 

@@ -1,6 +1,6 @@
 /* One step of a zero-debiased moving average of a float32 scalar (fq_f32_debiased_average, see
-   fqcore.h), and a range tracker's step around it (fq_f32_tracker_step: the batch extreme's clamp
-   first): contrib's range trackers run two per activation every training step, nine graph ops
+   fqcore.h), a range tracker's clamp of its batch extreme (fq_f32_clamp), and its step around
+   both (fq_f32_tracker_step): contrib's range trackers run two per activation every training step, nine graph ops
    each, where the numpy scalar operations cost a microsecond apiece and the step's arithmetic a few
    nanoseconds. Each operation rounds to float32 as numpy's float32 scalars do (built with
    -ffp-contract=off); the power is fq_f32_pow's, as TF's Pow computes it. */
@@ -31,11 +31,15 @@ static float numpy_maximum(float a, float b) {
     return a > b ? a : b;
 }
 
+float fq_f32_clamp(float extreme, fq_tracker_clamp clamp, float bound) {
+    return clamp == FQ_CLAMP_MINIMUM   ? numpy_minimum(extreme, bound)
+           : clamp == FQ_CLAMP_MAXIMUM ? numpy_maximum(extreme, bound)
+                                       : extreme;
+}
+
 void fq_f32_tracker_step(float extreme, fq_tracker_clamp clamp, float bound, float read,
                          float decay_complement, float increment, float base, float one,
                          float biased, float step, float out[3]) {
-    const float value = clamp == FQ_CLAMP_MINIMUM   ? numpy_minimum(extreme, bound)
-                        : clamp == FQ_CLAMP_MAXIMUM ? numpy_maximum(extreme, bound)
-                                                    : extreme;
-    fq_f32_debiased_average(read, value, decay_complement, increment, base, one, biased, step, out);
+    fq_f32_debiased_average(read, fq_f32_clamp(extreme, clamp, bound), decay_complement, increment,
+                            base, one, biased, step, out);
 }

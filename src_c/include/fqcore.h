@@ -295,11 +295,14 @@ fq_status fq_f32_pow(const float *x, const float *y, size_t n, float *out);
 void fq_f32_debiased_average(float read, float value, float decay_complement, float increment,
                              float base, float one, float biased, float step, float out[3]);
 
-/* A range tracker's step (contrib's AssignMinEma / AssignMaxEma of a batch extreme): value =
-   Minimum(extreme, bound) or Maximum(extreme, bound) as numpy computes them on float32 scalars (a
-   NaN wins, the first if both are; of equal values the second, so -0 and +0 give bound), or the
-   extreme itself with FQ_CLAMP_NONE; then fq_f32_debiased_average of that value. */
+/* A range tracker's clamp of a batch extreme: Minimum(extreme, bound) or Maximum(extreme, bound)
+   as numpy computes them on float32 scalars (a NaN wins, the first if both are; of equal values
+   the second, so -0 and +0 give bound), or the extreme itself with FQ_CLAMP_NONE. */
 typedef enum { FQ_CLAMP_NONE = 0, FQ_CLAMP_MINIMUM = 1, FQ_CLAMP_MAXIMUM = 2 } fq_tracker_clamp;
+float fq_f32_clamp(float extreme, fq_tracker_clamp clamp, float bound);
+
+/* A range tracker's step (contrib's AssignMinEma / AssignMaxEma of a batch extreme):
+   fq_f32_debiased_average of fq_f32_clamp(extreme, clamp, bound). */
 void fq_f32_tracker_step(float extreme, fq_tracker_clamp clamp, float bound, float read,
                          float decay_complement, float increment, float base, float one,
                          float biased, float step, float out[3]);

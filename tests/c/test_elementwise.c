@@ -350,6 +350,9 @@ static void test_tracker_clamp(void) {
                "tracker clamp %zu: %g (clamp %d) with %g gave %g, want %g", k,
                (double)cases[k].extreme, (int)cases[k].clamp, (double)cases[k].bound,
                (double)out[0], (double)cases[k].want);
+        const float clamped = fq_f32_clamp(cases[k].extreme, cases[k].clamp, cases[k].bound);
+        expect(same(clamped, out[0]) && signbit(clamped) == signbit(out[0]),
+               "clamp %zu: %g, the tracker step's %g", k, (double)clamped, (double)out[0]);
     }
 }
 
