@@ -22,19 +22,45 @@ def test_the_bytecode_count_is_the_sum_over_functions_and_sees_the_compiled_prog
     assert sum(int(c) for _, c, _ in rows) == calls
 
 
+def _script(*samples):
+    """perf script output of (tid, time, (symbol, library) frames innermost first) samples."""
+    lines = []
+    for tid, time, frames in samples:
+        lines.append(f"  100/{tid}  {time}:")
+        lines += [f"\t    7f00 {symbol}+0x10 ({dso})" for symbol, dso in frames]
+        lines.append("")
+    return "\n".join(lines)
+
+
+NUMPY = "/x/numpy/_core/_multiarray_umath.so"
+PYTHON = "/x/libpython3.11.so.1.0"
+KERNELS = "/x/fqcore/_kernels.cpython-311.so"
+SAMPLES = _script(
+    (100, "2.0", [("memmove", "/usr/lib/libc.so.6"), ("copy", NUMPY)]),
+    (100, "2.1", [("clear_page", "[kernel.kallsyms]"), ("f", KERNELS)]),
+    (100, "2.2", [("run", "/x/fqcore/graph/_engine.cpython-311.so"), ("call", PYTHON)]),
+    (100, "2.3", [("_PyEval_EvalFrameDefault", PYTHON)]),
+    # Python's C API, called by numpy, by a kernel's binding, and by the bytecode loop:
+    (100, "2.4", [("_PyObject_Malloc", PYTHON), ("PyArray_NewFromDescr", NUMPY)]),
+    (100, "2.5", [("PyObject_GetBuffer", PYTHON), ("binding", KERNELS)]),
+    (100, "2.6", [("_Py_dict_lookup", PYTHON), ("_PyEval_EvalFrameDefault", PYTHON)]),
+    (101, "2.7", [("dgemm", "/x/libscipy_openblas64_.so")]),  # another thread
+    (100, "9.0", [("dgemm", "/x/libscipy_openblas64_.so")]))  # after the window
+
+
 def test_perf_samples_count_for_the_first_library_past_libc_and_the_engine_counts_outside():
     """classify: the main thread's samples inside the window, each for the first library on its
     chain (innermost out) that is not libc, the loader or the kernel; the engine's own class."""
-    def sample(tid, time, *dsos):
-        return [f"  100/{tid}  {time}:"] + [f"\t    7f00 ({dso})" for dso in dsos] + [""]
-    script = "\n".join(
-        sample(100, "2.0", "/usr/lib/libc.so.6", "/x/numpy/_core/_multiarray_umath.so")
-        + sample(100, "2.1", "[kernel.kallsyms]", "/x/fqcore/_kernels.cpython-311.so")
-        + sample(100, "2.2", "/x/fqcore/graph/_engine.cpython-311.so", "/x/libpython3.11.so")
-        + sample(100, "2.3", "/x/libpython3.11.so.1.0")
-        + sample(101, "2.4", "/x/libscipy_openblas64_.so")  # another thread
-        + sample(100, "9.0", "/x/libscipy_openblas64_.so"))  # after the window
-    counts = profile_demo_step.classify(script, 1.0, 3.0)
+    counts = profile_demo_step.classify(SAMPLES, 1.0, 3.0)
     assert counts == {"numpy": 1, "fqcore kernels": 1, "fqcore engine": 1,
-                      "Python interpreter": 1}
+                      "Python interpreter": 4}
     assert "fqcore engine" not in profile_demo_step.INSIDE
+
+
+def test_the_second_split_counts_python_c_api_calls_for_their_caller():
+    """With c_api_serves, a libpython function other than the bytecode loop serves its caller:
+    numpy's allocation is numpy's, a binding's buffer request the kernels'; what the bytecode
+    loop calls stays the interpreter's."""
+    counts = profile_demo_step.classify(SAMPLES, 1.0, 3.0, c_api_serves=True)
+    assert counts == {"numpy": 2, "fqcore kernels": 2, "fqcore engine": 1,
+                      "Python interpreter": 2}

@@ -12,6 +12,13 @@ zeroes its output with libc's memset, numpy copies with memmove). perf unwinds t
 DWARF call frame information, as libc's string functions keep no frame pointer; a chain it still
 cannot follow past libc or the kernel is reported apart and counted as outside.
 
+A second split applies the same rule to Python's C API: a libpython function that is not the
+bytecode loop (_PyEval_EvalFrameDefault) serves whoever called it. numpy allocates each array
+object with PyObject_Malloc and looks up its callers' attributes with PyObject_GetAttr, and the
+kernels' bindings parse their arguments with Python's functions: the first split counts that
+time as the interpreter's, the second as numpy's and fqcore's. A libpython function called from
+the bytecode loop stays the interpreter's in both.
+
 --bytecodes counts, with sys.settrace, the bytecodes one step (after the same untimed runs)
 executes in each Python function: a measure of the interpreter's work that the machine's speed
 does not move."""
@@ -32,6 +39,8 @@ CLASSES = (("BLAS", ("openblas", "libblas", "mkl")),
            # outside, as the Python they replaced did.
            ("fqcore engine", ("_engine",)),
            ("Python interpreter", ("libpython", "python3")))
+INTERPRETER = "Python interpreter"
+BYTECODE_LOOP = "_PyEval_EvalFrameDefault"
 SERVICE = ("[kernel", "libc.", "libc-", "ld-linux", "libgcc", "libstdc++", "libpthread")
 INSIDE = {"BLAS", "numpy", "fqcore kernels"}
 WINDOW = "timed steps (CLOCK_MONOTONIC, s):"
@@ -93,9 +102,10 @@ def run_steps(steps, batch):
     print(f"{WINDOW} {start:.6f} {end:.6f}")
 
 
-def classify(script_output, start, end):
+def classify(script_output, start, end, c_api_serves=False):
     """{class: samples} for the main thread (pid == tid) between CLOCK_MONOTONIC times start and
-    end, from `perf script -F pid,tid,time,ip,dso` of a record made with -k CLOCK_MONOTONIC."""
+    end, from `perf script -F pid,tid,time,ip,sym,dso` of a record made with -k CLOCK_MONOTONIC;
+    with `c_api_serves`, by the second split (the module's docstring)."""
     counts = collections.Counter()
     main, chain = False, []
     for line in script_output.splitlines() + [""]:
@@ -105,25 +115,30 @@ def classify(script_output, start, end):
             main = header.group(1) == header.group(2) and start <= float(header.group(3)) <= end
             chain = []
         elif line:
-            dso = re.search(r"\(([^()]*)\)\s*$", line)
-            if dso:
-                chain.append(dso.group(1))
+            frame = re.match(r"^\s*[0-9a-f]+\s+(.*?)\s*\(([^()]*)\)\s*$", line)
+            if frame:
+                chain.append((frame.group(1), frame.group(2)))
         elif main and chain:
-            counts[_class_of(chain)] += 1
+            counts[_class_of(chain, c_api_serves)] += 1
             main, chain = False, []
     return counts
 
 
-def _class_of(chain):
-    for dso in chain:
+def _class_of(chain, c_api_serves):
+    """The class of a sample's (symbol, library) frames, innermost first."""
+    for symbol, dso in chain:
         base = os.path.basename(dso) if not dso.startswith("[") else dso
         if base.startswith(SERVICE) or dso == "inlined":  # "inlined": a frame within the next
             continue
-        for name, markers in CLASSES:
-            if any(m in base for m in markers) or any(m in dso for m in markers if m == "numpy"):
-                return name
-        return "other: " + base
-    return "unwound no further than libc/kernel"
+        name = next((name for name, markers in CLASSES
+                     if any(m in base for m in markers)
+                     or any(m in dso for m in markers if m == "numpy")), None)
+        if name is None:
+            return "other: " + base
+        if c_api_serves and name == INTERPRETER and not symbol.startswith(BYTECODE_LOOP):
+            continue
+        return name
+    return INTERPRETER if c_api_serves and chain else "unwound no further than libc/kernel"
 
 
 def profile_with_perf(steps, batch):
@@ -134,17 +149,20 @@ def profile_with_perf(steps, batch):
              "-o", data, "--",
              sys.executable, os.path.abspath(__file__), "--steps", str(steps), "--batch",
              str(batch)], check=True, capture_output=True, text=True).stdout
-        script = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,ip,dso"],
+        script = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,ip,sym,dso"],
                                 check=True, capture_output=True, text=True).stdout
     print(steps_output.splitlines()[0])
     start, end = (float(v) for v in steps_output.split(WINDOW)[1].split())
-    counts = classify(script, start, end)
-    total = sum(counts.values())
-    inside = sum(v for k, v in counts.items() if k in INSIDE)
-    print(f"main thread, {total} samples during the timed steps:")
-    for name, n in counts.most_common():
-        print(f"  {n / total:6.1%}  {name}")
-    print(f"inside numpy/BLAS/fqcore kernels: {inside / total:.1%}; outside: {1 - inside / total:.1%}")
+    for c_api_serves in (False, True):
+        counts = classify(script, start, end, c_api_serves)
+        total = sum(counts.values())
+        inside = sum(v for k, v in counts.items() if k in INSIDE)
+        print(f"main thread, {total} samples during the timed steps"
+              + (", Python's C API counted for its caller:" if c_api_serves else ":"))
+        for name, n in counts.most_common():
+            print(f"  {n / total:6.1%}  {name}")
+        print(f"inside numpy/BLAS/fqcore kernels: {inside / total:.1%}; "
+              f"outside: {1 - inside / total:.1%}")
 
 
 def main():
