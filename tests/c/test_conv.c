@@ -400,12 +400,48 @@ static void test_sum_in_caller_state(void) {
     set_isa_threads(FQ_ISA_SCALAR, 1);
 }
 
+/* The same through 3x3 blocks (the blocks of the 3x3 path: 32 channels, a row of 8 pixels): a
+   filter whose centre tap is 1 and the others 0 makes each gradient its dy plus zero terms. */
+static void test_sum_in_caller_state_3x3(void) {
+    enum { C = 32, W = 8, H = 3 };
+    const fq_conv_geometry g = {1, H, W, C, 3, 3, H, W, 1, 1, 1, 1, 1, 1};
+    static float dy_a[H * W * C], dy_b[H * W * C], centre[9 * C], got[H * W * C];
+    for (size_t e = 0; e < 9 * C; ++e) centre[e] = e / C == 4 ? 1.0f : 0.0f;
+    for (size_t e = 0; e < H * W * C; ++e) {
+        const int tiny = e % 3 != 2;
+        dy_a[e] = tiny ? 0x1p-110f + 0x1p-130f : 1.0f;
+        dy_b[e] = tiny ? -0x1p-110f : 0x1p-30f;
+    }
+    for (int state = 0; state < 3; ++state) {
+        if (state == 1) caller_flushes(1);
+        if (state == 2) fesetround(FE_UPWARD);
+        for (int a = 0; a < n_isas; ++a)
+            for (int threads = 1; threads <= THREADS_MAX; ++threads) {
+                set_isa_threads(isas[a], threads);
+                const fq_status status =
+                    fq_f32_depthwise_grad_input_sum(dy_a, centre, dy_b, centre, 1, &g, got);
+                size_t bad = H * W * C;
+                for (size_t e = 0; e < H * W * C && bad == H * W * C; ++e) {
+                    volatile float term_a = dy_a[e], term_b = dy_b[e];
+                    if (!same(got[e], term_a + term_b)) bad = e;
+                }
+                expect(status == FQ_OK && bad == H * W * C,
+                       "3x3, caller state %d, %s, %d threads: sum differs at %zu", state,
+                       fq_isa_name(isas[a]), threads, bad);
+            }
+        caller_flushes(0);
+        fesetround(FE_TONEAREST);
+    }
+    set_isa_threads(FQ_ISA_SCALAR, 1);
+}
+
 int main(void) {
     static const harness_section sections[] = {
         {"statuses", test_statuses},
         {"random geometries, threads 1..4", test_random_geometries},
         {"large, threads 1..4", test_large},
         {"gradient sums in the caller's floating-point state", test_sum_in_caller_state},
+        {"3x3 gradient sums in the caller's floating-point state", test_sum_in_caller_state_3x3},
     };
     return harness_main("C kernel harness (convolution)", sections, sizeof sections / sizeof sections[0]);
 }
