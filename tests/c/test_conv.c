@@ -357,82 +357,83 @@ static void caller_flushes(int on) {
 #endif
 }
 
-/* The sum of two input gradients is the one the caller's own addition makes, though the kernels
-   flush subnormal results: two gradients that cancel to a subnormal (2^-110 + 2^-130 and -2^-110)
-   sum to 2^-130 in the default state and to 0 in a caller's that flushes; rounded upward,
-   1 + 2^-30 is 1 + 2^-23. A 1x1 filter of ones makes each gradient its dy; 19 channels give whole
-   vectors and a partial one. Every ISA and thread count, strides 1 (summed in the kernels' blocks)
-   and 2. */
-static void test_sum_in_caller_state(void) {
-    enum { C = 19, W = 4 };
-    for (size_t stride = 1; stride <= 2; ++stride) {
-        const size_t out_w = (W - 1) / stride + 1;
-        const fq_conv_geometry g = {1, 1, W, C, 1, 1, 1, out_w, 1, stride, 1, 1, 0, 0};
-        float dy_a[W * C], dy_b[W * C], ones[C], got[W * C];
-        for (size_t c = 0; c < C; ++c) ones[c] = 1.0f;
-        for (size_t e = 0; e < out_w * C; ++e) {
-            const int tiny = e % 3 != 2;
-            dy_a[e] = tiny ? 0x1p-110f + 0x1p-130f : 1.0f;
-            dy_b[e] = tiny ? -0x1p-110f : 0x1p-30f;
-        }
-        for (int state = 0; state < 3; ++state) {
-            if (state == 1) caller_flushes(1);
-            if (state == 2) fesetround(FE_UPWARD);
-            for (int a = 0; a < n_isas; ++a)
-                for (int threads = 1; threads <= THREADS_MAX; ++threads) {
-                    set_isa_threads(isas[a], threads);
-                    const fq_status status = fq_f32_depthwise_grad_input_sum(dy_a, ones, dy_b, ones, 1, &g, got);
-                    size_t bad = W * C;
-                    for (size_t e = 0; e < W * C && bad == W * C; ++e) {
-                        const size_t q = e / C, read = q / stride * C + e % C;
-                        volatile float term_a = dy_a[read % (out_w * C)], term_b = dy_b[read % (out_w * C)];
-                        const float expected = q % stride == 0 && q / stride < out_w ? term_a + term_b : 0.0f;
-                        if (!same(got[e], expected)) bad = e;
-                    }
-                    expect(status == FQ_OK && bad == W * C,
-                           "stride %zu, caller state %d, %s, %d threads: sum differs at %zu", stride, state,
-                           fq_isa_name(isas[a]), threads, bad);
-                }
-            caller_flushes(0);
-            fesetround(FE_TONEAREST);
-        }
-    }
-    set_isa_threads(FQ_ISA_SCALAR, 1);
-}
-
-/* The same through 3x3 blocks (the blocks of the 3x3 path: 32 channels, a row of 8 pixels): a
-   filter whose centre tap is 1 and the others 0 makes each gradient its dy plus zero terms. */
-static void test_sum_in_caller_state_3x3(void) {
-    enum { C = 32, W = 8, H = 3 };
-    const fq_conv_geometry g = {1, H, W, C, 3, 3, H, W, 1, 1, 1, 1, 1, 1};
-    static float dy_a[H * W * C], dy_b[H * W * C], centre[9 * C], got[H * W * C];
-    for (size_t e = 0; e < 9 * C; ++e) centre[e] = e / C == 4 ? 1.0f : 0.0f;
-    for (size_t e = 0; e < H * W * C; ++e) {
+/* dy_a and dy_b of two gradients that sum, where e % 3 != 2, to a subnormal (2^-110 + 2^-130
+   and -2^-110), else to 1 + 2^-30. */
+static void fill_cancelling(float *dy_a, float *dy_b, size_t n) {
+    for (size_t e = 0; e < n; ++e) {
         const int tiny = e % 3 != 2;
         dy_a[e] = tiny ? 0x1p-110f + 0x1p-130f : 1.0f;
         dy_b[e] = tiny ? -0x1p-110f : 0x1p-30f;
     }
+}
+
+/* What the caller's addition makes of input-gradient element e (in the caller's state). */
+typedef float (*caller_sum)(const fq_conv_geometry *g, const float *dy_a, const float *dy_b,
+                            size_t e);
+
+/* fq_f32_depthwise_grad_input_sum of (dy_a, w) and (dy_b, w) against `expected`, element by
+   element, in the default state, flushing and rounding upward, on every ISA and thread count. */
+static void check_sum_states(const char *name, const fq_conv_geometry *g, const float *w,
+                             const float *dy_a, const float *dy_b, float *got, caller_sum expected) {
+    const size_t n = g->height * g->width * g->channels;
     for (int state = 0; state < 3; ++state) {
         if (state == 1) caller_flushes(1);
         if (state == 2) fesetround(FE_UPWARD);
         for (int a = 0; a < n_isas; ++a)
             for (int threads = 1; threads <= THREADS_MAX; ++threads) {
                 set_isa_threads(isas[a], threads);
-                const fq_status status =
-                    fq_f32_depthwise_grad_input_sum(dy_a, centre, dy_b, centre, 1, &g, got);
-                size_t bad = H * W * C;
-                for (size_t e = 0; e < H * W * C && bad == H * W * C; ++e) {
-                    volatile float term_a = dy_a[e], term_b = dy_b[e];
-                    if (!same(got[e], term_a + term_b)) bad = e;
-                }
-                expect(status == FQ_OK && bad == H * W * C,
-                       "3x3, caller state %d, %s, %d threads: sum differs at %zu", state,
-                       fq_isa_name(isas[a]), threads, bad);
+                const fq_status status = fq_f32_depthwise_grad_input_sum(dy_a, w, dy_b, w, 1, g, got);
+                size_t bad = n;
+                for (size_t e = 0; e < n && bad == n; ++e)
+                    if (!same(got[e], expected(g, dy_a, dy_b, e))) bad = e;
+                expect(status == FQ_OK && bad == n, "%s, caller state %d, %s, %d threads: sum differs at %zu",
+                       name, state, fq_isa_name(isas[a]), threads, bad);
             }
         caller_flushes(0);
         fesetround(FE_TONEAREST);
     }
     set_isa_threads(FQ_ISA_SCALAR, 1);
+}
+
+/* A 1x1 filter of ones: element e's terms are dy's at its pixel, or none between the strides. */
+static float pointwise_sum(const fq_conv_geometry *g, const float *dy_a, const float *dy_b, size_t e) {
+    const size_t c = g->channels, stride = g->stride_width, q = e / c, read = q / stride * c + e % c;
+    if (q % stride != 0 || q / stride >= g->out_width) return 0.0f;
+    volatile float term_a = dy_a[read], term_b = dy_b[read];
+    return term_a + term_b;
+}
+
+/* A 3x3 filter whose centre tap is 1, the others 0 (stride 1, SAME): dy's at the same element. */
+static float centre_sum(const fq_conv_geometry *g, const float *dy_a, const float *dy_b, size_t e) {
+    (void)g;
+    volatile float term_a = dy_a[e], term_b = dy_b[e];
+    return term_a + term_b;
+}
+
+/* The sum of two input gradients is the one the caller's own addition makes, though the kernels
+   flush subnormal results: two gradients that cancel to a subnormal sum to 2^-130 in the default
+   state and to 0 in a caller's that flushes; rounded upward, 1 + 2^-30 is 1 + 2^-23. A 1x1 filter
+   of ones makes each gradient its dy; 19 channels give whole vectors and a partial one; strides 1
+   (summed in the kernels' blocks) and 2. Then the blocks of the 3x3 path (32 channels, a row of 8
+   pixels), with a filter whose centre tap is 1 and the others 0 (each gradient its dy plus zero
+   terms). */
+static void test_sum_in_caller_state(void) {
+    enum { C = 19, W = 4 };
+    float dy_a[W * C], dy_b[W * C], ones[C], got[W * C];
+    for (size_t c = 0; c < C; ++c) ones[c] = 1.0f;
+    for (size_t stride = 1; stride <= 2; ++stride) {
+        const size_t out_w = (W - 1) / stride + 1;
+        const fq_conv_geometry g = {1, 1, W, C, 1, 1, 1, out_w, 1, stride, 1, 1, 0, 0};
+        fill_cancelling(dy_a, dy_b, out_w * C);
+        check_sum_states(stride == 1 ? "1x1, stride 1" : "1x1, stride 2", &g, ones, dy_a, dy_b, got,
+                         pointwise_sum);
+    }
+    enum { C3 = 32, W3 = 8, H3 = 3 };
+    static float dy3_a[H3 * W3 * C3], dy3_b[H3 * W3 * C3], centre[9 * C3], got3[H3 * W3 * C3];
+    for (size_t e = 0; e < 9 * C3; ++e) centre[e] = e / C3 == 4 ? 1.0f : 0.0f;
+    const fq_conv_geometry g3 = {1, H3, W3, C3, 3, 3, H3, W3, 1, 1, 1, 1, 1, 1};
+    fill_cancelling(dy3_a, dy3_b, H3 * W3 * C3);
+    check_sum_states("3x3", &g3, centre, dy3_a, dy3_b, got3, centre_sum);
 }
 
 int main(void) {
@@ -441,7 +442,6 @@ int main(void) {
         {"random geometries, threads 1..4", test_random_geometries},
         {"large, threads 1..4", test_large},
         {"gradient sums in the caller's floating-point state", test_sum_in_caller_state},
-        {"3x3 gradient sums in the caller's floating-point state", test_sum_in_caller_state_3x3},
     };
     return harness_main("C kernel harness (convolution)", sections, sizeof sections / sizeof sections[0]);
 }
