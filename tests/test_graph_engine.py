@@ -820,6 +820,8 @@ def test_a_step_program_passes_each_members_outputs_to_later_members_by_slot():
         short(None, [1, 2], Ctx())
     with pytest.raises(ValueError, match="operand slot"):
         StepProgram([add], members[:1], [[0, 3]], [1], 2)
+    with pytest.raises(ValueError, match=r"output_counts \(\[-1\]\) must not be negative"):
+        StepProgram([add], members[:1], [[0]], [-1], 2)
 
 
 def test_a_reverse_path_sums_terms_skips_dead_ops_and_passes_identities():

@@ -1,9 +1,10 @@
 # The engine's two straight-line programs, compiled: a run of plan steps (step_runs.py) and
 # reverse mode over a plan's path (reverse_code.py). Both are a fixed list of calls to the ops'
 # Python functions; what lies between the calls (taking operands, storing results, summing
-# gradient terms) is bookkeeping that the interpreter did at a cost close to many of the calls'
-# own numpy work. These loops do the same calls, in the same order, with the same arguments, and
-# the same checks and sums; the Python modules decide what each program holds.
+# gradient terms) is bookkeeping, a fifth of the bytecodes of the demo's training step when it was
+# generated Python (4.9K of 24.1K; the step at batch 1, nearly all overhead, ran 2-4% faster
+# compiled). These loops do the same calls, in the same order, with the same arguments, and the
+# same checks and sums; the Python modules decide what each program holds.
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport Py_INCREF
@@ -53,6 +54,9 @@ cdef class StepProgram:
         self._count, self._inputs = len(self._members), inputs
         if not (len(self._functions) == len(operand_slots) == len(output_counts) == self._count):
             raise ValueError("functions, members, operand_slots and output_counts differ in length")
+        if inputs < 0 or any(n < 0 for n in output_counts):
+            raise ValueError(f"inputs ({inputs}) and output_counts ({list(output_counts)}) must "
+                             f"not be negative")
         starts, flat = [0], []
         for k in range(self._count):
             flat.extend(operand_slots[k])
