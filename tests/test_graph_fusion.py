@@ -1037,3 +1037,36 @@ def test_a_range_tracker_whose_max_comes_first_steps_in_one_call_with_the_same_b
     for name in plain_values:
         np.testing.assert_array_equal(_bits(fused_values[name]), _bits(plain_values[name]),
                                       err_msg=name)
+
+
+def test_a_last_value_tracker_clamps_and_stores_in_one_call_with_the_same_bits(monkeypatch):
+    """A last-value tracker (contrib's weights' quant) on batches wholly above and wholly below
+    zero, where its Minimum and Maximum with 0 decide the stored range: its RangePair's one
+    clamped_range call gives each output and variable the bits of the ops one by one."""
+    from fqcore.quantize import quant_ops
+    rng = np.random.default_rng(5)
+    batches = [rng.uniform(1.0, 3.0, (5, 6)).astype(np.float32),
+               rng.uniform(-3.0, -1.0, (5, 6)).astype(np.float32),
+               rng.normal(0.0, 2.0, (5, 6)).astype(np.float32)]
+
+    def run():
+        g = G.Graph()
+        with g.as_default():
+            x = G.placeholder("float32", [None, 6], name="x")
+            y = quant_ops.last_value_quantize(g, x, "q", True)
+            session = G.Session(g)
+            session.run(G.global_variables_initializer(g))
+            outputs = [session.run(y, {x: batch}) for batch in batches]
+        plan = max(session._plans.values(), key=lambda p: len(p.order))
+        return outputs, session.variable_values(), plan.units
+    fused, fused_values, units = run()
+    pairs = [u for u in units if isinstance(u, fusion.RangePair)]
+    assert len(pairs) == 1 and pairs[0].clamped_stores and pairs[0].store_clamps == (1, 2)
+    _without_tracker_units(monkeypatch)
+    plain, plain_values, units = run()
+    assert not any(u.clamped_stores for u in units if isinstance(u, fusion.RangePair))
+    assert [_bits(v).tolist() for v in fused] == [_bits(v).tolist() for v in plain]
+    assert fused_values.keys() == plain_values.keys()
+    for name in plain_values:
+        np.testing.assert_array_equal(_bits(fused_values[name]), _bits(plain_values[name]),
+                                      err_msg=name)
