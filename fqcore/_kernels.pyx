@@ -680,6 +680,17 @@ cdef object _float32_scalar(float value):
     return array
 
 
+cdef int _tensor_range(x, float extremes[2]) except -1:
+    """x's per-tensor min and max into extremes (fq_f32_range; x a C-contiguous float32 array of
+    any shape, else ValueError)."""
+    cdef Py_ssize_t n = _float32_size(x, "x")
+    cdef const float *data = <const float *>cnp.PyArray_DATA(<cnp.ndarray>x)
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_range(data, n, 1, &extremes[0], &extremes[1])
+    return _check(rc)
+
+
 def range_trackers(x, tuple clamps, tuple operands, tuple state):
     """Both range trackers of a tensor in one call: x's per-tensor min and max (fq_f32_range; x a
     C-contiguous float32 array of any shape), each through tracker_step: the min with clamps[0],
@@ -690,16 +701,11 @@ def range_trackers(x, tuple clamps, tuple operands, tuple state):
     if len(clamps) != 2 or len(operands) != 12 or len(state) != 4:
         raise ValueError(f"range_trackers takes 2 clamps, 12 operands and 4 state values, got "
                          f"{len(clamps)}, {len(operands)} and {len(state)}")
-    cdef Py_ssize_t n = _float32_size(x, "x")
-    cdef const float *data = <const float *>cnp.PyArray_DATA(<cnp.ndarray>x)
     cdef fq_tracker_clamp low_clamp = _clamp(clamps[0]), high_clamp = _clamp(clamps[1])
     cdef float extremes[2]
     cdef float a[3]
     cdef float b[3]
-    cdef fq_status rc
-    with nogil:
-        rc = fq_f32_range(data, n, 1, &extremes[0], &extremes[1])
-    _check(rc)
+    _tensor_range(x, extremes)
     fq_f32_tracker_step(extremes[0], low_clamp, operands[0], operands[1], operands[2], operands[3],
                         operands[4], operands[5], state[0], state[1], a)
     fq_f32_tracker_step(extremes[1], high_clamp, operands[6], operands[7], operands[8],
@@ -716,15 +722,10 @@ def clamped_range(x, tuple clamps, tuple bounds):
     if len(clamps) != 2 or len(bounds) != 2:
         raise ValueError(f"clamped_range takes 2 clamps and 2 bounds, got {len(clamps)} and "
                          f"{len(bounds)}")
-    cdef Py_ssize_t n = _float32_size(x, "x")
-    cdef const float *data = <const float *>cnp.PyArray_DATA(<cnp.ndarray>x)
     cdef fq_tracker_clamp low_clamp = _clamp(clamps[0]), high_clamp = _clamp(clamps[1])
     cdef float low_bound = bounds[0], high_bound = bounds[1]
     cdef float extremes[2]
-    cdef fq_status rc
-    with nogil:
-        rc = fq_f32_range(data, n, 1, &extremes[0], &extremes[1])
-    _check(rc)
+    _tensor_range(x, extremes)
     return (_float32_scalar(fq_f32_clamp(extremes[0], low_clamp, low_bound)),
             _float32_scalar(fq_f32_clamp(extremes[1], high_clamp, high_bound)))
 

@@ -533,14 +533,14 @@ class RangePair(Unit):
             if averages[side] is not None:
                 self.inputs.extend(averages[side].inputs[1:])
         self.starts = [starts[0], starts[1]]
-        # Each output's tail as (clamp, its constant, the stored variable's name), None where the
-        # tail has no such op; the constants as the Const ops hold them (the plan may run those
-        # after the unit's place in its first run).
+        # Each output's tail as (its clamp's op type, the clamp's constant, the stored variable's
+        # name), None where the tail has no such op; the constants as the Const ops hold them
+        # (the plan may run those after the unit's place in its first run).
         self.stores = []
         for head, tail in zip((first, second), tails):
             clamp = tail[0] if tail and tail[0].type in _CLAMPS else None
             self.stores.append((
-                None if clamp is None else _CLAMPS[clamp.type],
+                None if clamp is None else clamp.type,
                 None if clamp is None else constant_value(_other(clamp, _input_of(clamp, head))),
                 tail[-1].inputs[0].op.name if tail else None))
         self.outputs = [average.outputs[0] if average is not None else
@@ -562,14 +562,12 @@ class RangePair(Unit):
         self.clamped_stores = averages == (None, None) and all(
             name is not None for _, _, name in self.stores)
         if self.clamped_stores:
-            sides = [self.picks.index(0), self.picks.index(1)]
-            clamp_ops = [tails[side][0] if tails[side][0].type in _CLAMPS else None
-                         for side in sides]
-            self.store_clamps = tuple(_NO_CLAMP if c is None else _CLAMP_CODES[c.type]
-                                      for c in clamp_ops)
-            self.store_bounds = tuple(0.0 if c is None else float(self.stores[side][1])
-                                      for c, side in zip(clamp_ops, sides))
-            self.store_names = [self.stores[side][2] for side in sides]
+            by_extreme = [self.stores[self.picks.index(0)], self.stores[self.picks.index(1)]]
+            self.store_clamps = tuple(_CLAMP_CODES.get(clamp, _NO_CLAMP)
+                                      for clamp, _, _ in by_extreme)
+            self.store_bounds = tuple(0.0 if clamp is None else float(bound)
+                                      for clamp, bound, _ in by_extreme)
+            self.store_names = [name for _, _, name in by_extreme]
         self._runs_at = last or first
         # An average's step counter may run before the pair's first op: it joins the unit.
         self.gathers_earlier_ops = averages != (None, None)
@@ -611,7 +609,7 @@ class RangePair(Unit):
                 operands = inputs[start:start + len(average.inputs) - 1]
                 value = average.forward(None, [value] + operands, ctx)[0]
             if clamp is not None:
-                value = clamp(value, bound)
+                value = _CLAMPS[clamp](value, bound)
             if name is not None and ctx.update_state:
                 value = np.array(value, FLOAT32)
                 ctx.write_variable(name, value)
