@@ -44,6 +44,8 @@ SAMPLES = _script(
     (100, "2.4", [("_PyObject_Malloc", PYTHON), ("PyArray_NewFromDescr", NUMPY)]),
     (100, "2.5", [("PyObject_GetBuffer", PYTHON), ("binding", KERNELS)]),
     (100, "2.6", [("_Py_dict_lookup", PYTHON), ("_PyEval_EvalFrameDefault", PYTHON)]),
+    # Unwound no further than libc: no library to count it for, in either split.
+    (100, "2.65", [("memset", "/usr/lib/libc.so.6")]),
     (101, "2.7", [("dgemm", "/x/libscipy_openblas64_.so")]),  # another thread
     (100, "9.0", [("dgemm", "/x/libscipy_openblas64_.so")]))  # after the window
 
@@ -53,7 +55,7 @@ def test_perf_samples_count_for_the_first_library_past_libc_and_the_engine_count
     chain (innermost out) that is not libc, the loader or the kernel; the engine's own class."""
     counts = profile_demo_step.classify(SAMPLES, 1.0, 3.0)
     assert counts == {"numpy": 1, "fqcore kernels": 1, "fqcore engine": 1,
-                      "Python interpreter": 4}
+                      "Python interpreter": 4, "unwound no further than libc/kernel": 1}
     assert "fqcore engine" not in profile_demo_step.INSIDE
 
 
@@ -63,4 +65,4 @@ def test_the_second_split_counts_python_c_api_calls_for_their_caller():
     loop calls stays the interpreter's."""
     counts = profile_demo_step.classify(SAMPLES, 1.0, 3.0, c_api_serves=True)
     assert counts == {"numpy": 2, "fqcore kernels": 2, "fqcore engine": 1,
-                      "Python interpreter": 2}
+                      "Python interpreter": 2, "unwound no further than libc/kernel": 1}

@@ -126,6 +126,7 @@ def classify(script_output, start, end, c_api_serves=False):
 
 def _class_of(chain, c_api_serves):
     """The class of a sample's (symbol, library) frames, innermost first."""
+    served = False  # a C API frame was passed over: its caller was not found
     for symbol, dso in chain:
         base = os.path.basename(dso) if not dso.startswith("[") else dso
         if base.startswith(SERVICE) or dso == "inlined":  # "inlined": a frame within the next
@@ -136,9 +137,10 @@ def _class_of(chain, c_api_serves):
         if name is None:
             return "other: " + base
         if c_api_serves and name == INTERPRETER and not symbol.startswith(BYTECODE_LOOP):
+            served = True
             continue
         return name
-    return INTERPRETER if c_api_serves and chain else "unwound no further than libc/kernel"
+    return INTERPRETER if served else "unwound no further than libc/kernel"
 
 
 def profile_with_perf(steps, batch):
