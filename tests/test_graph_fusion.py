@@ -1000,6 +1000,31 @@ def _misaligned(array):
     return copy
 
 
+def _tracker_alike_op_by_op(monkeypatch, quantize, batches):
+    """(the fused plan's units, the op-by-op plan's units) of a graph quantize(g, x) makes on a
+    [None, 6] placeholder x, run on `batches` in a fresh session each: every output and variable
+    the same bits in both."""
+    def run():
+        g = G.Graph()
+        with g.as_default():
+            x = G.placeholder("float32", [None, 6], name="x")
+            y = quantize(g, x)
+            session = G.Session(g)
+            session.run(G.global_variables_initializer(g))
+            outputs = [session.run(y, {x: batch}) for batch in batches]
+        plan = max(session._plans.values(), key=lambda p: len(p.order))
+        return outputs, session.variable_values(), plan.units
+    fused, fused_values, fused_units = run()
+    _without_tracker_units(monkeypatch)
+    plain, plain_values, plain_units = run()
+    assert [_bits(v).tolist() for v in fused] == [_bits(v).tolist() for v in plain]
+    assert fused_values.keys() == plain_values.keys()
+    for name in plain_values:
+        np.testing.assert_array_equal(_bits(fused_values[name]), _bits(plain_values[name]),
+                                      err_msg=name)
+    return fused_units, plain_units
+
+
 def test_a_range_tracker_whose_max_comes_first_steps_in_one_call_with_the_same_bits(monkeypatch):
     """A moving-average tracker whose BatchMax the graph makes before its BatchMin: its RangePair
     (max first) still runs the range and both averages in one call, each output and variable
@@ -1015,28 +1040,13 @@ def test_a_range_tracker_whose_max_comes_first_steps_in_one_call_with_the_same_b
     monkeypatch.setattr(quant_ops, "_range", max_first)
     rng = np.random.default_rng(3)
     batches = [rng.normal(k, 2.0 + k, (5, 6)).astype(np.float32) for k in range(4)]
-
-    def run():
-        g = G.Graph()
-        with g.as_default():
-            x = G.placeholder("float32", [None, 6], name="x")
-            y = quant_ops.moving_avg_quantize(g, x, "q", True, ema_decay=0.9)
-            session = G.Session(g)
-            session.run(G.global_variables_initializer(g))
-            outputs = [session.run(y, {x: batch}) for batch in batches]
-        plan = max(session._plans.values(), key=lambda p: len(p.order))
-        return outputs, session.variable_values(), plan.units
-    fused, fused_values, units = run()
+    units, plain_units = _tracker_alike_op_by_op(
+        monkeypatch, lambda g, x: quant_ops.moving_avg_quantize(g, x, "q", True, ema_decay=0.9),
+        batches)
     pairs = [u for u in units if isinstance(u, fusion.RangePair)]
     assert len(pairs) == 1 and pairs[0].picks == (1, 0) and pairs[0].one_call
-    _without_tracker_units(monkeypatch)
-    plain, plain_values, units = run()
-    assert not any(u.averages != (None, None) for u in units if isinstance(u, fusion.RangePair))
-    assert [_bits(v).tolist() for v in fused] == [_bits(v).tolist() for v in plain]
-    assert fused_values.keys() == plain_values.keys()
-    for name in plain_values:
-        np.testing.assert_array_equal(_bits(fused_values[name]), _bits(plain_values[name]),
-                                      err_msg=name)
+    assert not any(u.averages != (None, None) for u in plain_units
+                   if isinstance(u, fusion.RangePair))
 
 
 def test_a_last_value_tracker_clamps_and_stores_in_one_call_with_the_same_bits(monkeypatch):
@@ -1048,25 +1058,8 @@ def test_a_last_value_tracker_clamps_and_stores_in_one_call_with_the_same_bits(m
     batches = [rng.uniform(1.0, 3.0, (5, 6)).astype(np.float32),
                rng.uniform(-3.0, -1.0, (5, 6)).astype(np.float32),
                rng.normal(0.0, 2.0, (5, 6)).astype(np.float32)]
-
-    def run():
-        g = G.Graph()
-        with g.as_default():
-            x = G.placeholder("float32", [None, 6], name="x")
-            y = quant_ops.last_value_quantize(g, x, "q", True)
-            session = G.Session(g)
-            session.run(G.global_variables_initializer(g))
-            outputs = [session.run(y, {x: batch}) for batch in batches]
-        plan = max(session._plans.values(), key=lambda p: len(p.order))
-        return outputs, session.variable_values(), plan.units
-    fused, fused_values, units = run()
+    units, plain_units = _tracker_alike_op_by_op(
+        monkeypatch, lambda g, x: quant_ops.last_value_quantize(g, x, "q", True), batches)
     pairs = [u for u in units if isinstance(u, fusion.RangePair)]
     assert len(pairs) == 1 and pairs[0].clamped_stores and pairs[0].store_clamps == (1, 2)
-    _without_tracker_units(monkeypatch)
-    plain, plain_values, units = run()
-    assert not any(u.clamped_stores for u in units if isinstance(u, fusion.RangePair))
-    assert [_bits(v).tolist() for v in fused] == [_bits(v).tolist() for v in plain]
-    assert fused_values.keys() == plain_values.keys()
-    for name in plain_values:
-        np.testing.assert_array_equal(_bits(fused_values[name]), _bits(plain_values[name]),
-                                      err_msg=name)
+    assert not any(u.clamped_stores for u in plain_units if isinstance(u, fusion.RangePair))
