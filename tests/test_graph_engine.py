@@ -1,5 +1,7 @@
 """fqcore.graph engine semantics: names and scopes, lookups, Session.run (fetches, feeds, variables,
 snapshot reads, update_state), dead cond branches, optimizers against TF's formulas, layer names."""
+import collections
+
 import numpy as np
 import pytest
 
@@ -170,6 +172,23 @@ def test_fetch_structures(small):
     assert float(s.run("total:0", {"input:0": xv})) == 15.0  # names work for fetches and feeds
     assert s.run([]) == []
 
+
+
+def test_fetch_namedtuples_keep_their_type_and_fields(small):
+    """A namedtuple of fetches comes back as that namedtuple, flat or holding nested fetches,
+    as in TF's Session.run."""
+    g, x, _, double, total, _ = small
+    s = G.Session(g)
+    xv = np.arange(6, dtype=F32).reshape(2, 3)
+    Pair = collections.namedtuple("Pair", "doubled summed")
+    flat = s.run(Pair(double, total), {x: xv})
+    assert type(flat) is Pair
+    np.testing.assert_array_equal(flat.doubled, 2 * xv)
+    assert float(flat.summed) == 15.0
+    nested = s.run([Pair(double, [total]), Pair(total, {"t": total})], {x: xv})
+    assert [type(p) for p in nested] == [Pair, Pair]
+    assert isinstance(nested[0].summed, list) and float(nested[0].summed[0]) == 15.0
+    assert float(nested[1].doubled) == 15.0 and float(nested[1].summed["t"]) == 15.0
 
 def test_feed_validation_names_the_tensor(small):
     g, x, labels, double, _, _ = small

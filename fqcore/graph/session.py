@@ -7,6 +7,7 @@ successful run it keeps its constant ops' values and groups its consecutive step
 programs (step_runs.py); each Gradients op's path runs as one compiled program (reverse_code.py);
 both programs are _engine.pyx's loops."""
 import heapq
+from functools import partial
 from itertools import repeat
 
 import numpy as np
@@ -566,7 +567,8 @@ def _flatten(fetches):
     """Flattens nested fetches and returns (flat list, function rebuilding the structure)."""
     if isinstance(fetches, (list, tuple)):
         if not any(map(isinstance, fetches, repeat(_STRUCTURES))):  # no nesting: as they are
-            return list(fetches), (list if isinstance(fetches, list) else type(fetches))
+            return list(fetches), (list if isinstance(fetches, list) else
+                                   partial(_same_kind_of_tuple, fetches))
         parts = [_flatten(f) for f in fetches]
         sizes = [len(p[0]) for p in parts]
         flat = [x for p in parts for x in p[0]]
@@ -576,10 +578,17 @@ def _flatten(fetches):
             for (sub, fn), n in zip(parts, sizes):
                 out.append(fn(values[start:start + n]))
                 start += n
-            return type(fetches)(out) if isinstance(fetches, tuple) else out
+            return _same_kind_of_tuple(fetches, out) if isinstance(fetches, tuple) else out
         return flat, rebuild
     if isinstance(fetches, dict):
         keys = list(fetches)
         flat_list, fn = _flatten([fetches[k] for k in keys])
         return flat_list, lambda values: dict(zip(keys, fn(values)))
     return [fetches], lambda values: values[0]
+
+
+def _same_kind_of_tuple(fetches, values):
+    """`values` as a tuple of the type of `fetches`: a namedtuple takes them as its fields."""
+    if hasattr(type(fetches), "_make"):
+        return type(fetches)._make(values)
+    return type(fetches)(values)
