@@ -140,6 +140,10 @@ cdef extern from "fqcore.h" nogil:
     fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_column_stride,
                             const float *b, ptrdiff_t b_row_stride, ptrdiff_t b_column_stride,
                             size_t m, size_t depth, size_t n, float *c)
+    fq_status fq_f32_matmul_continue(const float *a, ptrdiff_t a_row_stride,
+                                     ptrdiff_t a_column_stride, const float *b,
+                                     ptrdiff_t b_row_stride, ptrdiff_t b_column_stride, size_t m,
+                                     size_t depth, size_t n, float *c)
 
     fq_status fq_f32_pow(const float *x, const float *y, size_t n, float *out)
     ctypedef enum fq_tracker_clamp:

@@ -609,8 +609,9 @@ cdef inline ptrdiff_t _stride(Py_ssize_t stride_bytes, str name) except? -1:
     return stride_bytes // <Py_ssize_t>sizeof(float)
 
 
-def matmul(const float[:, :] a, const float[:, :] b, float[:, ::1] c):
-    """c = a @ b (fq_f32_matmul): a [m, depth] and b [depth, n] of any strides, c [m, n]."""
+def matmul(const float[:, :] a, const float[:, :] b, float[:, ::1] c, bint continues=False):
+    """c = a @ b (fq_f32_matmul): a [m, depth] and b [depth, n] of any strides, c [m, n]; with
+    `continues`, c's sums go on from its values (fq_f32_matmul_continue)."""
     cdef fq_status rc
     cdef size_t m = a.shape[0], depth = a.shape[1], n = b.shape[1]
     if <size_t>b.shape[0] != depth:
@@ -623,7 +624,10 @@ def matmul(const float[:, :] a, const float[:, :] b, float[:, ::1] c):
     cdef const float *bp = &b[0, 0] if depth * n > 0 else NULL
     cdef float *cp = &c[0, 0] if m * n > 0 else NULL
     with nogil:
-        rc = fq_f32_matmul(ap, ar, ac, bp, br, bc, m, depth, n, cp)
+        if continues:
+            rc = fq_f32_matmul_continue(ap, ar, ac, bp, br, bc, m, depth, n, cp)
+        else:
+            rc = fq_f32_matmul(ap, ar, ac, bp, br, bc, m, depth, n, cp)
     _check(rc)
 
 

@@ -163,7 +163,7 @@ def test_float64_and_mismatched_vectors_are_not_fused():
 def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, strides, padding):
     """Two Conv2Ds of the same input with the same geometry (the fold's pair) compute its windows
     once and keep them for their gradients; the second leaves its input gradient to the first,
-    which makes both in one product (one matmul, one col2im). The outputs and filter gradients
+    which makes both in one product (nn_numpy._summed_product over both filters, one col2im). The outputs and filter gradients
     equal the unfused ops' bit for bit, x's gradient to float32 rounding (one product sums both)."""
     rng = np.random.default_rng(5)
     g = G.Graph()
@@ -178,18 +178,23 @@ def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, stri
                      G.reduce_sum(G.multiply(outs[2], outs[2])))
         grads = _gradients(g, loss, [x, w1, w2, w3])
     feeds = {t: rng.standard_normal([d for d in t.shape]).astype(np.float32) for t in (x, w1, w2, w3)}
-    products = []
+    products, summed = [], []
     real_product = nn_numpy._product  # every product, on fqcore's kernel or BLAS
     monkeypatch.setattr(nn_numpy, "_product", lambda a, b: products.append(b.shape) or
                         real_product(a, b))
+    real_summed = nn_numpy._summed_product
+    monkeypatch.setattr(nn_numpy, "_summed_product", lambda pairs: summed.append(
+        [b.shape for _, b in pairs]) or real_summed(pairs))
     session = G.Session(g)
     fused = session.run(outs + grads, feeds)
     plan = max(session._plans.values(), key=lambda p: len(p.steps))
     convs = [unit for unit in plan.units if isinstance(unit, fusion.ColumnsConv2D)]
     assert [unit.shared for unit in convs] == [False, True, False]
-    # x's gradient through the pair: one product of both output gradients with both filters.
+    # x's gradient through the pair: one product of both output gradients with both filters,
+    # none of either alone.
     window = kernel[0] * kernel[1] * 4
-    assert [b for b in products if b[1] == window and b[0] in (5, 6, 11)] == [(11, window)]
+    assert [shapes for shapes in summed if len(shapes) > 1] == [[(5, window), (6, window)]]
+    assert [b for b in products if b[1] == window and b[0] in (5, 6)] == []
     monkeypatch.undo()
     _unfused(monkeypatch)
     plain = G.Session(g).run(outs + grads, feeds)

@@ -163,3 +163,50 @@ def test_convolutions_use_the_kernel_on_avx512_and_avx2(isa):
         np.testing.assert_array_equal(y, own)
     else:
         np.testing.assert_allclose(y, own, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m,depths,n", [(13, (5, 7), 33), (25, (256, 44), 64), (100, (9, 300, 1), 17),
+                                        (4096, (32, 32), 32), (7, (0, 3), 5)])
+def test_a_continued_product_is_the_product_of_the_concatenations(isa, m, depths, n):
+    """matmul(..., continues=True) goes on with c's sums: the parts of a depth split taken one
+    after the other give the bits of the whole product, in every layout of the parts."""
+    rng = np.random.default_rng(m + n + sum(depths))
+    a = rng.standard_normal((m, sum(depths))).astype(np.float32)
+    b = rng.standard_normal((sum(depths), n)).astype(np.float32)
+    whole = _product(a, b)
+    bounds = np.cumsum((0,) + depths)
+    for layout in ("rows", "columns", "strided", "reversed"):
+        c = np.full((m, n), np.nan, np.float32)
+        for k, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+            _kernels.matmul(_layouts(a[:, start:end])[layout], _layouts(b[start:end])[layout], c,
+                            continues=k > 0)
+        np.testing.assert_array_equal(c, whole, err_msg=layout)
+
+
+def test_a_continued_product_of_no_depth_leaves_c_as_it_is():
+    c = np.arange(6, dtype=np.float32).reshape(2, 3)
+    _kernels.matmul(np.ones((2, 0), np.float32), np.ones((0, 3), np.float32), c, continues=True)
+    np.testing.assert_array_equal(c, np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def test_a_convolution_gradient_sums_its_filters_in_one_product(isa):
+    """conv2d_grad_planned's input gradient for filters sharing the columns (the fold's two
+    convolutions) is the one product of their dy side by side and their filters stacked: with
+    fqcore's kernel its bits, with BLAS to float32 rounding."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 6, 6, 16)).astype(np.float32)
+    w1, w2 = (rng.standard_normal((3, 3, 16, 24)).astype(np.float32) for _ in range(2))
+    g = nn_numpy.conv_geometry(x, w1)
+    cols = nn_numpy.columns_planned(x, w1.shape, g)
+    dy1, dy2 = (rng.standard_normal((4, g.oh, g.ow, 24)).astype(np.float32) for _ in range(2))
+    dx, dw = nn_numpy.conv2d_grad_planned(x, w1, dy1, cols, g, more=[(w2, dy2)])
+    dcols = _product(np.concatenate([dy1.reshape(-1, 24), dy2.reshape(-1, 24)], axis=1),
+                     np.concatenate([w1.reshape(-1, 24), w2.reshape(-1, 24)], axis=1).T)
+    expected = nn_numpy._col2im(dcols, x.shape, w1.shape[:2], g.oh, g.ow, g.pads, g.strides,
+                                g.dilations, x.dtype)
+    if isa in ("avx512", "avx2"):
+        np.testing.assert_array_equal(dx, expected)
+    else:
+        np.testing.assert_allclose(dx, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(dw, nn_numpy._filter_gradient(cols, dy1.reshape(-1, 24))
+                                  .reshape(w1.shape))

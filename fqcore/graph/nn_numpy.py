@@ -275,6 +275,22 @@ def _product(a, b):
     return np.matmul(a, b)
 
 
+def _summed_product(pairs):
+    """The sum of a_k @ b_k over the (a_k, b_k) of `pairs`: the one product of the a_k side by
+    side and the b_k stacked. fqcore's kernel takes the pairs one after the other, each going on
+    with the sums where the one before left them (the same bits as that one product, without
+    copying the operands together); numpy's BLAS takes the concatenations."""
+    if len(pairs) == 1:
+        return _product(*pairs[0])
+    if all(_own_product(a, b) for a, b in pairs):
+        c = np.empty((pairs[0][0].shape[0], pairs[0][1].shape[1]), FLOAT32)
+        for k, (a, b) in enumerate(pairs):
+            _kernels.matmul(a, b, c, k > 0)
+        return c
+    return np.matmul(np.concatenate([a for a, _ in pairs], axis=1),
+                     np.concatenate([b for _, b in pairs], axis=0))
+
+
 def conv2d_planned(x, w, cols, g):
     """conv2d of arrays that conv_geometry checked as `g`, given their columns."""
     y = _product(cols, w.reshape(-1, w.shape[3]))
@@ -322,11 +338,7 @@ def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
         dw = _filter_gradient(cols, terms[0][1]).reshape(w.shape)
     if not input_gradient:
         return None, dw
-    if len(terms) == 1:
-        dcols = _product(terms[0][1], terms[0][0].T)
-    else:
-        dcols = _product(np.concatenate([grad for _, grad in terms], axis=1),
-                         np.concatenate([filters for filters, _ in terms], axis=1).T)
+    dcols = _summed_product([(grad, filters.T) for filters, grad in terms])
     dx = _col2im(dcols, x.shape, w.shape[:2], g.oh, g.ow, g.pads, g.strides, g.dilations, x.dtype)
     return dx, dw
 

@@ -282,6 +282,16 @@ fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_colu
                         const float *b, ptrdiff_t b_row_stride, ptrdiff_t b_column_stride,
                         size_t m, size_t depth, size_t n, float *c);
 
+/* fq_f32_matmul whose sums go on from c's values instead of 0.0f: the fused multiply-adds of
+   a[i, p] * b[p, j] in order of p, added to c[i, j]. A product whose a and b are the column and
+   row concatenations [a1 a2] and [b1; b2] is then fq_f32_matmul of a1 and b1, then this of a2
+   and b2: the same bits, without the concatenated copies. Depth 0 leaves c as it is; the rest
+   as fq_f32_matmul. */
+fq_status fq_f32_matmul_continue(const float *a, ptrdiff_t a_row_stride,
+                                 ptrdiff_t a_column_stride, const float *b,
+                                 ptrdiff_t b_row_stride, ptrdiff_t b_column_stride, size_t m,
+                                 size_t depth, size_t n, float *c);
+
 /* --- Element-wise math (float32). ---
    out[i] = powf(x[i], y[i]) for i < n: the C library's powf, as TensorFlow's CPU Pow computes a
    scalar (std::pow), on its threads' flush-to-zero and denormals-are-zero state; special cases

@@ -43,9 +43,9 @@ static void pack(const float *b, ptrdiff_t row_stride, ptrdiff_t column_stride, 
             }
 }
 
-fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_column_stride,
-                        const float *b, ptrdiff_t b_row_stride, ptrdiff_t b_column_stride,
-                        size_t m, size_t depth, size_t n, float *c) {
+static fq_status product(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_column_stride,
+                         const float *b, ptrdiff_t b_row_stride, ptrdiff_t b_column_stride,
+                         size_t m, size_t depth, size_t n, float *c, int continues) {
     size_t elements, t;
     if (__builtin_mul_overflow(m, n, &elements) || __builtin_mul_overflow(m, depth, &t) ||
         __builtin_mul_overflow(depth, n, &t))
@@ -53,8 +53,8 @@ fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_colu
     if ((elements > 0 && c == NULL) || (m * depth > 0 && a == NULL) || (depth * n > 0 && b == NULL))
         return FQ_ERR_NULL_POINTER;
     if (elements == 0) return FQ_OK;
-    if (depth == 0) { /* empty sums */
-        memset(c, 0, elements * sizeof(float));
+    if (depth == 0) { /* empty sums: zeros, or c's values going on */
+        if (!continues) memset(c, 0, elements * sizeof(float));
         return FQ_OK;
     }
     const fq_matmul_kernels *kernels = active_kernels();
@@ -63,7 +63,7 @@ fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_colu
     const size_t width = shape->block_columns;
     const size_t blocks = n / width + (n % width != 0);
     fq_matmul_job job = {a, a_row_stride, a_column_stride, b, (size_t)b_row_stride, width, c, m,
-                         depth, n};
+                         depth, n, continues};
     float *panel = NULL;
     const int direct = b_column_stride == 1 && n % width == 0 && b_row_stride >= 0;
     if (!direct) {
@@ -86,4 +86,19 @@ fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_colu
     fq_fpenv_leave(saved);
     free(panel);
     return FQ_OK;
+}
+
+fq_status fq_f32_matmul(const float *a, ptrdiff_t a_row_stride, ptrdiff_t a_column_stride,
+                        const float *b, ptrdiff_t b_row_stride, ptrdiff_t b_column_stride,
+                        size_t m, size_t depth, size_t n, float *c) {
+    return product(a, a_row_stride, a_column_stride, b, b_row_stride, b_column_stride, m, depth, n,
+                   c, 0);
+}
+
+fq_status fq_f32_matmul_continue(const float *a, ptrdiff_t a_row_stride,
+                                 ptrdiff_t a_column_stride, const float *b,
+                                 ptrdiff_t b_row_stride, ptrdiff_t b_column_stride, size_t m,
+                                 size_t depth, size_t n, float *c) {
+    return product(a, a_row_stride, a_column_stride, b, b_row_stride, b_column_stride, m, depth, n,
+                   c, 1);
 }

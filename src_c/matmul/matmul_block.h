@@ -3,24 +3,26 @@
 #define MM_WIDTH (MM_VECS * MM_LANES)
 
 /* Rows [i0, i0 + rows) (rows <= MM_ROWS) of c, columns of block `block`, depth [p0, p1): row r
-   of a reads a_rows[r][p * step]. The first depth chunk starts each sum at 0.0f, later ones take
-   it back from c, where the chunk before stored it (the same float: the sum goes on in order). */
+   of a reads a_rows[r][p * step]. The first depth chunk starts each sum at 0.0f (or, for a job
+   that continues, at c's value), later ones take it back from c, where the chunk before stored it
+   (the same float: the sum goes on in order). */
 MM_INLINE void MM_NAME(mm_block)(const fq_matmul_job *job, const float *const a_rows[MM_ROWS],
                         ptrdiff_t step, size_t i0, size_t rows, size_t block, size_t p0,
                         size_t p1) {
     const size_t j0 = block * MM_WIDTH;
     const size_t columns = job->n - j0 < MM_WIDTH ? job->n - j0 : MM_WIDTH;
+    const int from_c = p0 > 0 || job->continues;
     float row[MM_WIDTH];
     mm_v acc[MM_ROWS][MM_VECS];
     MM_UNROLL for (size_t r = 0; r < MM_ROWS; ++r) {
         const float *sums = job->c + (i0 + (r < rows ? r : 0)) * job->n + j0;
-        if (p0 > 0 && columns < MM_WIDTH) {
+        if (from_c && columns < MM_WIDTH) {
             memset(row, 0, sizeof row);
             memcpy(row, sums, columns * sizeof(float));
             sums = row;
         }
         MM_UNROLL for (size_t v = 0; v < MM_VECS; ++v)
-            acc[r][v] = p0 > 0 ? mm_load(sums + v * MM_LANES) : mm_zero();
+            acc[r][v] = from_c ? mm_load(sums + v * MM_LANES) : mm_zero();
     }
     const float *b = job->panel + block * job->panel_block + p0 * job->panel_row;
     for (size_t p = p0; p < p1; ++p, b += job->panel_row) {

@@ -19,6 +19,7 @@ typedef struct {
     size_t panel_row, panel_block;
     float *c;                  /* [m, n], contiguous */
     size_t m, depth, n;
+    int continues;             /* the sums start from c's values (fq_f32_matmul_continue) */
 } fq_matmul_job;
 
 /* The kernels walk the depth in chunks of this many: a chunk of one column block of the panel
@@ -28,8 +29,8 @@ typedef struct {
 
 /* A kernel over a range of row blocks of `block_rows` rows (the last one partial), and the
    column block width its panel is packed for. Each c element is the sum over p of
-   a[i, p] * b[p, j] as fused multiply-adds in order of p, from 0.0f: the same bits on every ISA,
-   either block shape and any split of the row blocks. */
+   a[i, p] * b[p, j] as fused multiply-adds in order of p, from 0.0f (from c's value where the job
+   continues): the same bits on every ISA, either block shape and any split of the row blocks. */
 typedef struct {
     fq_range_fn rows;          /* (fq_matmul_job *, first row block, end row block) */
     size_t block_rows;

@@ -3,7 +3,8 @@
    flushed), bit for bit; every ISA and thread count against scalar, bit for bit, over shapes
    around the register blocks and the depth chunk, with a and b in every layout the kernels take
    apart (rows contiguous, transposed, strided; b read in place or packed); NaN and infinities;
-   guards around c; statuses. */
+   guards around c; statuses; a product continued (fq_f32_matmul_continue) over a depth split
+   equals the whole one. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -118,6 +119,54 @@ static void test_large(void) {
     check_product(96, 1100, 32, 1, 0, 0);
 }
 
+/* A depth split at `cut`: fq_f32_matmul of the first part, then fq_f32_matmul_continue of the
+   rest, in every ISA and thread count, gives scalar's bits for the whole product. */
+static void check_continued(size_t m, size_t depth, size_t n, size_t cut, int a_layout, int b_layout) {
+    const float *a, *b;
+    ptrdiff_t ar, ac, br, bc;
+    float *a_data = operand(m, depth, a_layout, 0, &a, &ar, &ac);
+    float *b_data = operand(depth, n, b_layout, 0, &b, &br, &bc);
+    float *expected = guarded_output(m * n), *c = guarded_output(m * n);
+    set_isa_threads(FQ_ISA_SCALAR, 1);
+    expect(fq_f32_matmul(a, ar, ac, b, br, bc, m, depth, n, expected) == FQ_OK, "status");
+    for (int k = 0; k < n_isas; ++k)
+        for (int threads = 1; threads <= THREADS_MAX; ++threads) {
+            set_isa_threads(isas[k], threads);
+            for (size_t e = 0; e < m * n; ++e) c[e] = from_bits(GUARD_BITS);
+            fq_status status = fq_f32_matmul(a, ar, ac, b, br, bc, m, cut, n, c);
+            if (status == FQ_OK)
+                status = fq_f32_matmul_continue(a + (ptrdiff_t)cut * ac, ar, ac, b + (ptrdiff_t)cut * br,
+                                                br, bc, m, depth - cut, n, c);
+            int equal = status == FQ_OK;
+            for (size_t e = 0; e < m * n && equal; ++e) equal = same(c[e], expected[e]);
+            expect(equal && output_intact(c, m * n),
+                   "%s, %d threads: [%zu, %zu] x [%zu, %zu] cut at %zu, layouts %d %d",
+                   fq_isa_name(isas[k]), threads, m, depth, depth, n, cut, a_layout, b_layout);
+        }
+    set_isa_threads(FQ_ISA_SCALAR, 1);
+    free(a_data);
+    free(b_data);
+    free_output(expected);
+    free_output(c);
+}
+
+/* Cuts at both ends, inside and across the depth chunk (256), around the register blocks; and a
+   continued product of no depth leaves c as it is. */
+static void test_continued(void) {
+    static const size_t shapes[][4] = {{13, 40, 33, 17}, {25, 300, 64, 256}, {25, 300, 64, 255},
+                                       {7, 9, 5, 0}, {7, 9, 5, 9}, {24, 600, 32, 300}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+        check_continued(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], (int)below(4),
+                        (int)below(4));
+    float c[4] = {1, 2, 3, 4};
+    for (int k = 0; k < n_isas; ++k) {
+        set_isa_threads(isas[k], 1);
+        expect(fq_f32_matmul_continue(NULL, 0, 0, NULL, 0, 0, 2, 0, 2, c) == FQ_OK && c[0] == 1.0f &&
+                   c[3] == 4.0f, "%s: depth 0 changed c", fq_isa_name(isas[k]));
+    }
+    set_isa_threads(FQ_ISA_SCALAR, 1);
+}
+
 /* The two roundings a separate multiply and add would make, against the one of a fused
    multiply-add: (1 + 2^-12)^2 + (-1 - 2^-11) is 2^-24 exactly, which a rounded square loses. */
 static void test_fused(void) {
@@ -150,6 +199,7 @@ int main(void) {
         {"layouts of a and b", test_layouts},
         {"NaN, infinities, subnormals", test_specials},
         {"large", test_large},
+        {"a product continued over a depth split, every ISA, threads 1..4", test_continued},
     };
     return harness_main("C kernel harness (matrix product)", sections, sizeof sections / sizeof sections[0]);
 }
