@@ -43,7 +43,12 @@ static int on_zen(void) { return zen_family() != 0; }
 
 static int forced = -1;
 
-/* Zen 4 (fake_quant/fq_channel_walk.h): rows sharing grid loads everywhere, in pairs at 4 KiB on AVX-512.
+/* Zen 4 (fake_quant/fq_channel_walk.h), AVX-512: rows sharing grid loads everywhere, in pairs at
+   4 KiB. Zen 4 (EPYC, family 0x19, model 0x11), AVX2: one row at a time past L2, as on Intel:
+   per-channel over per-tensor Vars, one thread, three runs alternating the walks (fq_force_row_walk)
+   in one process, [1024, 1024] 1.16-1.21x against 1.32-1.34x with shared rows, [8192, 128]
+   1.07-1.25x against 1.33-1.44x; calls that fit L2 walk as before. Earlier Zens (family 0x17 and
+   0x19 without AVX-512) take the same walk, unmeasured.
    Zen 5 (EPYC, family 0x1A), AVX-512: short rows flat at every size, per-channel over per-tensor
    Vars, one thread, two runs each: [3, 3, 64, 128] 1.18-1.23x against 1.28-1.30x with shared rows,
    [8192, 128] 1.01x against 1.10-1.43x, [3, 3, 32, 64] 1.07-1.19x against 1.24-1.25x, [576, 32]
@@ -57,7 +62,7 @@ fq_row_walk fq_row_walk_for(fq_isa isa) {
     const int walk = __atomic_load_n(&forced, __ATOMIC_RELAXED);
     if (walk >= 0) return (fq_row_walk)walk;
     if (!on_zen()) return FQ_ONE_ROW_PAST_L2;
-    if (isa != FQ_ISA_AVX512) return FQ_ROWS_SHARE_GRID;
+    if (isa != FQ_ISA_AVX512) return zen_family() >= ZEN5_FAMILY ? FQ_ROWS_SHARE_GRID : FQ_ONE_ROW_PAST_L2;
     return zen_family() >= ZEN5_FAMILY ? FQ_SHORT_ROWS_FLAT : FQ_ROWS_SHARE_GRID_PAIRS_AT_4K;
 }
 

@@ -28,8 +28,8 @@
      [32768, 128]: 2.5x against 3.7x). The flat loop takes four vectors a step, all loaded before
      any grid load or store, as the per-tensor loop does ([131072, 128]: 1.1-1.2x against 1.6-2.1x
      one vector at a time with software prefetch; [65536, 256]: 1.1x against 1.7-1.9x).
-   - Zen 5, AVX-512: short rows flat at every size (FQ_SHORT_ROWS_FLAT; common/kernel_choices.c
-     has the measurements). */
+   - Zen 5, AVX-512: short rows flat at every size (FQ_SHORT_ROWS_FLAT); Zen 4, AVX2: one row at
+     a time past L2, as on Intel (common/kernel_choices.c has the measurements). */
 #define FQ_ROWS_PER_GRID 4
 #define FQ_PAIR_ROWS 2
 #define FQ_PAIR_VECTORS 2
