@@ -15,7 +15,8 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   same geometry (the fold's two convolutions of a layer's input): one im2col where there were up
   to four, the same bits (a copy is a copy). Those others leave their input gradient to the
   first (DeferredInputGradient), which makes them all in one product: x's gradient to float32
-  rounding (one product sums both), one matmul and one col2im where there were two and an add.
+  rounding (one product sums both), one product (nn_numpy._summed_product) and one col2im where
+  there were two and an add.
 - PairedDepthwise: the same for two float32 DepthwiseConv2dNative of one input and geometry:
   both input gradients in one pass over x's gradient, the same bits as their sum (x's gradient
   is then the same bits too unless other ops add to it: reverse mode adds their part first).

@@ -328,7 +328,7 @@ def _filter_gradient(cols, dy):
 def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
     """conv2d_grad of arrays that conv_geometry checked as `g`, given their columns. `more`:
     (w_k, dy_k) of other filters of this geometry on the same columns, whose input gradients join
-    dx in the same product (one matmul, one col2im); dy may then be None (dw is None)."""
+    dx in the same product (_summed_product, one col2im); dy may then be None (dw is None)."""
     dw, terms = None, []
     for filters, grad in ([(w, dy)] if dy is not None else []) + list(more):
         o = filters.shape[3]
