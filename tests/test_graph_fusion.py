@@ -163,8 +163,9 @@ def test_float64_and_mismatched_vectors_are_not_fused():
 def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, strides, padding):
     """Two Conv2Ds of the same input with the same geometry (the fold's pair) compute its windows
     once and keep them for their gradients; the second leaves its input gradient to the first,
-    which makes both in one product (nn_numpy._summed_product over both filters, one col2im). The outputs and filter gradients
-    equal the unfused ops' bit for bit, x's gradient to float32 rounding (one product sums both)."""
+    which makes both in one product (nn_numpy._summed_product over both filters, one col2im). The
+    outputs and filter gradients equal the unfused ops' bit for bit, x's gradient to float32
+    rounding (one product sums both)."""
     rng = np.random.default_rng(5)
     g = G.Graph()
     with g.as_default():

@@ -2,8 +2,8 @@
    fqcore.h), a range tracker's clamp of its batch extreme (fq_f32_clamp), and its step around
    both (fq_f32_tracker_step): contrib's range trackers run two per activation every training
    step, nine graph ops each, where the numpy scalar operations cost a microsecond apiece and the
-   step's arithmetic a few nanoseconds. Each operation rounds to float32 as numpy's float32 scalars do (built with
-   -ffp-contract=off); the power is fq_f32_pow's, as TF's Pow computes it. */
+   step's arithmetic a few nanoseconds. Each operation rounds to float32 as numpy's float32
+   scalars do (built with -ffp-contract=off); the power is fq_f32_pow's, as TF's Pow computes it. */
 #include <math.h>
 
 #include "../include/fqcore.h"
