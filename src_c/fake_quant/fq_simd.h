@@ -607,6 +607,9 @@ static void grad_row_pair(const float *g, const float *x, float *dx, size_t peri
     fq_channel_row(g + period, x + period, dx + period, t, p, p1, acc_min, acc_max);
 }
 
+/* Whether the walks take rows of `period` in pairs (grad_row_pair says why). */
+FQ_INLINE int rows_in_pairs(size_t period) { return period > FQ_SHORT_PERIOD; }
+
 /* Whole periods that fit the registers keep their grids there; other calls go row by row, long
    rows two at a time (grad_row_pair). */
 static void FQ_NAME(channel_mask_sums)(const float *g, const float *x, float *dx, size_t rows,
@@ -619,12 +622,15 @@ static void FQ_NAME(channel_mask_sums)(const float *g, const float *x, float *dx
         return;
     }
     size_t r = 0;
-    if (period > FQ_SHORT_PERIOD)
+    if (rows_in_pairs(period))
         for (; r + 2 <= rows; r += 2) {
             const size_t base = r * period;
             grad_row_pair(g + base, x + base, dx + base, period, t, p0, p1, acc_min, acc_max);
         }
-    for (; r < rows; ++r) grad_row(g + r * period, x + r * period, dx + r * period, t, p0, p1, acc_min, acc_max);
+    for (; r < rows; ++r) {
+        const size_t base = r * period;
+        grad_row(g + base, x + base, dx + base, t, p0, p1, acc_min, acc_max);
+    }
 }
 
 /* Lanes [lo, hi) of the 16 positions of rotated chunk `chunk` (an aligned walk's partial ends).
@@ -711,7 +717,7 @@ static void FQ_NAME(channel_mask_sums_aligned)(const float *g, const float *x, f
         grad_registers_by_period(g, x, dx, n, t, acc_min, acc_max);
     else {
         size_t done = 0;
-        for (; period > FQ_SHORT_PERIOD && done + 2 * period <= n; done += 2 * period)
+        for (; rows_in_pairs(period) && done + 2 * period <= n; done += 2 * period)
             grad_row_pair(g + done, x + done, dx + done, period, t, 0, period, acc_min, acc_max);
         grad_flat(g + done, x + done, dx + done, n - done, t, acc_min, acc_max);
     }
