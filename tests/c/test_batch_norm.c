@@ -736,11 +736,13 @@ static void test_in_place(void) {
 }
 
 /* Shapes of many elements, each on 1..THREADS_MAX threads: many sum blocks (channels-last), many
-   channels per thread (channels-first), periods padded (lcm(C, 16) <= 1024) and not. */
+   channels per thread (channels-first), periods padded (lcm(C, 16) <= 1024) and not; channels-last
+   periods 256 and 150 (not whole vectors) take the gradient sums' walk in memory order. */
 static void test_large(void) {
     const size_t shapes[][3] = {{65536, 1, 1},  {1, 1, 65536}, {4096, 16, 1}, {8, 64, 196},
                                 {2, 1030, 49},  {1, 1000, 196}, {21846, 3, 1}, {3, 7, 3121},
-                                {64, 17, 61},   {1, 19, 3450},  {2, 33, 1000}, {5, 256, 64}};
+                                {64, 17, 61},   {1, 19, 3450},  {2, 33, 1000}, {5, 256, 64},
+                                {40, 150, 7}};
     unsigned counter = 0;
     for (size_t s = 0; s < COUNT_OF(shapes); ++s)
         for (int layout = 0; layout < 2; ++layout)
