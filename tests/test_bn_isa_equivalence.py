@@ -14,9 +14,7 @@ except ImportError:  # bfloat16 is optional; its kernels are also checked by the
 
 SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, 65504.0, 65520.0, 6e-8, -3e-5]
 # (shape, data_format): channel counts around the vector widths and the padded periods, spatial
-# sizes with and without a whole number of 16-lane vectors, [N, C, 1] (walked as channels-last),
-# 150 channels (a period of 150: the gradient sums in memory order, with a short last vector),
-# channels-first with over 102 channels (the sums take a few batches side by side; 5 and 3 batches).
+# sizes with and without a whole number of 16-lane vectors, [N, C, 1] (walked as channels-last).
 CASES = [
     ((2, 3, 5, 1), "NHWC"), ((3, 5, 7, 19), "NHWC"), ((2, 4, 4, 4, 64), "NDHWC"),
     ((1, 17, 17, 48), "NHWC"), ((300, 4, 4, 3), "NHWC"), ((5, 1, 1, 1000), "NHWC"),
@@ -24,14 +22,15 @@ CASES = [
     ((2, 3, 5, 7), "NCHW"), ((2, 64, 4, 4, 3), "NCDHW"), ((7, 3, 1, 1), "NCHW"),
     ((2, 33, 9, 9), "NCHW"), ((3, 16, 4, 4), "NCHW"), ((2, 5, 17, 1), "NCHW"),
     ((1, 1, 1, 1), "NHWC"), ((0, 3, 4, 5), "NCHW"), ((2, 0, 3, 3), "NHWC"),
-    ((3, 7, 11, 150), "NHWC"), ((5, 120, 3, 3), "NCHW"), ((3, 104, 2, 5, 5), "NCDHW"),
 ]
 # (2, 256, 32, 32) NCHW has enough blocks of channels (bn_walk.c) for two threads to take the blocks'
 # sums and passes together, and too few for three or four (those split the sums and the pass apart).
-# (5, 256, 16, 16) NCHW: one or two threads' channels take their sums a few batches side by side,
-# three or four threads' batch by batch; the bits must not change.
+# The last two: float32 arrays together over 16 MiB (bn_walk.c's BN_BEYOND_CACHES_BYTES) take the
+# sums' walks for data from memory: channels-last gradient sums of 150 positions in memory order (a
+# short last vector), channels-first sums of 150 channels a few batches side by side.
 LARGE_CASES = [((4, 24, 24, 64), "NHWC"), ((4, 64, 24, 24), "NCHW"), ((2, 10, 10, 1000), "NHWC"),
-               ((3, 5, 8, 8, 120), "NDHWC"), ((2, 256, 32, 32), "NCHW"), ((5, 256, 16, 16), "NCHW")]
+               ((3, 5, 8, 8, 120), "NDHWC"), ((2, 256, 32, 32), "NCHW"),
+               ((3, 50, 100, 150), "NHWC"), ((3, 150, 50, 100), "NCHW")]
 
 
 def channels_of(shape, data_format):

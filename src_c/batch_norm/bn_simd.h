@@ -245,8 +245,8 @@ BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size
     return p;
 }
 
-/* The gradient's sums of a period wider than one strip, of BN_IN_ORDER_MIN_PERIOD to
-   BN_IN_ORDER_MAX_PERIOD positions, go row by row in memory order: each vector of positions keeps
+/* The gradient's sums of data from memory (too large for the caches) with a period wider than one
+   strip, of BN_IN_ORDER_MIN_PERIOD to BN_IN_ORDER_MAX_PERIOD positions, go row by row in memory order: each vector of positions keeps
    its float32 runs in `runs_a`, `runs_b` (`period` floats each, in L1 with the accumulators and
    centers) and adds them into its float64 accumulators once a run. Strip by strip down a group of
    rows, the sums ran at half the speed of reading dy and x (likely causes: the group's lines are
@@ -258,13 +258,15 @@ BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size
    lose (AVX2 32 and 64: 0.26 -> 0.29-0.31), wider ones lose (AVX2 512 0.29 -> 0.35, 1024 0.36 ->
    0.48: the runs and accumulators crowd L1), and the moments, one input, gain nothing. Two rows at
    once (half the runs' loads and stores) was 2x slower beyond L2: the prefetchers do not follow two
-   interleaved streams a row apart. */
+   interleaved streams a row apart. With the inputs in the caches the strips are faster (AVX-512,
+   back to back: periods 144-256, 64-4096 rows, 0.11-0.18 -> 0.16-0.22; 8192 rows of 256, 16 MB,
+   even), hence from_memory. */
 #define BN_IN_ORDER_MIN_PERIOD ((size_t)128)
 #define BN_IN_ORDER_MAX_PERIOD ((size_t)384)
 
-BN_INLINE int sums_in_order(const void *dy, size_t period) {
-    return dy != NULL && period > BN_STRIP_VECTORS * BN_W && period >= BN_IN_ORDER_MIN_PERIOD &&
-           period <= BN_IN_ORDER_MAX_PERIOD;
+BN_INLINE int sums_in_order(const void *dy, size_t period, int from_memory) {
+    return dy != NULL && from_memory && period > BN_STRIP_VECTORS * BN_W &&
+           period >= BN_IN_ORDER_MIN_PERIOD && period <= BN_IN_ORDER_MAX_PERIOD;
 }
 
 /* One row's whole vectors added to the runs in runs_a, runs_b (first: starting them). */
@@ -308,7 +310,8 @@ BN_INLINE size_t sums_rows_in_order(const void *dy, const void *x, fq_dtype dtyp
 
 BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                          size_t run_stride, size_t count, size_t period, const float *center,
-                         double *sum_a, double *sum_b, size_t table_stride, size_t readable_after) {
+                         double *sum_a, double *sum_b, size_t table_stride, size_t readable_after,
+                         int from_memory) {
     if (period == BN_W) {
         for (size_t j = 0; j < runs; ++j) {
             const size_t run = j * run_stride, t = j * table_stride;
@@ -321,7 +324,7 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
     const size_t rows = count / period;
     const size_t group = period > BN_STRIP_VECTORS * BN_W ? BN_GROUP_ROWS : rows + 1;
     const size_t size = fq_dtype_size(dtype);
-    const int in_order = sums_in_order(dy, period);
+    const int in_order = sums_in_order(dy, period, from_memory);
     float runs_a[BN_IN_ORDER_MAX_PERIOD], runs_b[BN_IN_ORDER_MAX_PERIOD];
     for (size_t j = 0; j < runs; ++j) {
         const size_t run = j * run_stride, t = j * table_stride;
@@ -512,18 +515,19 @@ BN_INLINE void pass_body(fq_bn_pass pass, const void *dy, const void *x, void *o
 static void BN_NAME(moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride,
                              size_t count, size_t period, const float *shift, double *sum,
                              double *sum_sq, size_t ts, size_t after) {
-    BN_BY_DTYPE(sums_body(NULL, x, FQ_DTYPE_F32, runs, run_stride, count, period, shift, sum, sum_sq, ts, after),
-                sums_body(NULL, x, FQ_DTYPE_F16, runs, run_stride, count, period, shift, sum, sum_sq, ts, after),
-                sums_body(NULL, x, FQ_DTYPE_BF16, runs, run_stride, count, period, shift, sum, sum_sq, ts, after))
+    BN_BY_DTYPE(sums_body(NULL, x, FQ_DTYPE_F32, runs, run_stride, count, period, shift, sum, sum_sq, ts, after, 0),
+                sums_body(NULL, x, FQ_DTYPE_F16, runs, run_stride, count, period, shift, sum, sum_sq, ts, after, 0),
+                sums_body(NULL, x, FQ_DTYPE_BF16, runs, run_stride, count, period, shift, sum, sum_sq, ts, after, 0))
 }
 
 static void BN_NAME(grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                                size_t run_stride, size_t count, size_t period, const float *mean,
-                               double *sum_dy, double *sum_dy_xc, size_t ts, size_t after) {
+                               double *sum_dy, double *sum_dy_xc, size_t ts, size_t after,
+                               int from_memory) {
     BN_BY_DTYPE(
-        sums_body(dy, x, FQ_DTYPE_F32, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after),
-        sums_body(dy, x, FQ_DTYPE_F16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after),
-        sums_body(dy, x, FQ_DTYPE_BF16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after))
+        sums_body(dy, x, FQ_DTYPE_F32, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after, from_memory),
+        sums_body(dy, x, FQ_DTYPE_F16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after, from_memory),
+        sums_body(dy, x, FQ_DTYPE_BF16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after, from_memory))
 }
 
 #define BN_PASS(pass, dy, x, out)                                                            \

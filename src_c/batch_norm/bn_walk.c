@@ -21,14 +21,16 @@
    thread too). Smaller items (32768) made the reversed walk cost up to 10% on data beyond L2 (each
    item restarts the prefetchers); this size still splits every benchmarked shape over 2 threads. */
 #define BN_CHUNK ((size_t)65536)
-/* A pass whose arrays together exceed this writes its output with non-temporal stores: the stores
+/* An op whose arrays together exceed this is taken to be beyond the caches: its sums walk as for data
+   from memory (sums_first_channels; from_memory in bn_simd.h), and its pass writes its output with
+   non-temporal stores: the stores
    then skip reading each destination line first (a quarter of an np.add-like pass's memory
    traffic), and an output this large is unlikely to be read from the cache. At 32 MiB the NHWC
    64x14x14x256 forward (25.6 MB) was not streamed: with TF and PyTorch interleaved (compare.py,
    x and y out of the caches at each batch's start) it took 2.0-2.2 ms, streamed 1.42-1.46 ms
    (Intel Xeon, one thread, three runs); called back to back, with its arrays in L3, streamed is
    3-5% slower (forward 1.40 -> 1.43-1.46 ms, inference 0.92 -> 0.97 ms). */
-#define BN_STREAM_MIN_BYTES ((size_t)16 << 20)
+#define BN_BEYOND_CACHES_BYTES ((size_t)16 << 20)
 
 static const fq_bn_kernels *active_kernels(void) {
     switch (fq_get_isa()) {
@@ -75,6 +77,7 @@ typedef struct {
     size_t period, periods, blocks;
     double *partials;     /* channels-last: blocks x (sum_a[period], sum_b[period]);
                              channels-first: per lane of each channel, sum_a then sum_b */
+    int from_memory;      /* the op's arrays are beyond the caches (beyond_caches) */
 } sums_job;
 
 static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run_stride,
@@ -87,7 +90,8 @@ static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run
                             readable_after);
     } else {
         w->kernels->grad_sums(at(job->dy, first, w->element_size), x, w->dtype, runs, run_stride,
-                              count, period, center, a, b, table_stride, readable_after);
+                              count, period, center, a, b, table_stride, readable_after,
+                              job->from_memory);
     }
 }
 
@@ -106,16 +110,18 @@ static void sums_last_blocks(void *context, size_t first_block, size_t end_block
     }
 }
 
-/* Channels-first sums whose channels' lane partials and centers (320 bytes a channel) overflow L1
-   walk each channel's runs of a few batches at a time, those batches side by side (so that the
+/* Channels-first sums of data beyond the caches whose channels' lane partials and centers (320 bytes
+   a channel) overflow L1 walk each channel's runs of a few batches at a time, those batches side by side (so that the
    partials are loaded and stored once for them); else batch by batch, all the call's channels in
    each. Walked batch by batch, every run brought its partials and center back into L1 (5 lines
    for the 12 of a plane of 196 floats) and wrote the partials back. Zen 4, AVX-512, one thread, ns
    an element of the sums alone (an ad hoc loop over the kernel table), batch by batch -> side by
    side: NCHW 64x256x14x14 moments 0.24-0.30 -> 0.11-0.17 (four batches), gradient sums 0.30-0.35
    -> 0.18-0.31 (two batches: two inputs); 64x1024x7x7 moments 0.48 -> 0.26. With 64 channels
-   (partials in L1) side by side was slower (moments 0.107 -> 0.119-0.140). Each lane still adds
-   its runs batch after batch, so the bits do not change. */
+   (partials in L1) side by side was slower (moments 0.107 -> 0.119-0.140), and so was data in the
+   caches with short planes (8x1024x7x7: moments 0.17 -> 0.19-0.21, gradient sums 0.22 -> 0.27-0.28;
+   4x256x14x14 and 16x256x14x14 even). Each lane still adds its runs batch after batch, so the bits
+   do not change. */
 #define BN_FIRST_SUMS_L1_BYTES ((size_t)32 << 10)
 #define BN_FIRST_SUMS_CHANNEL_BYTES ((size_t)FQ_BN_LANES * (2 * sizeof(double) + sizeof(float)))
 
@@ -126,7 +132,7 @@ static void sums_first_channels(void *context, size_t c0, size_t c1) {
     const sums_job *job = context;
     const fq_bn_shape *s = &job->walk->shape;
     const size_t lanes = FQ_BN_LANES * s->channels;
-    if ((c1 - c0) * BN_FIRST_SUMS_CHANNEL_BYTES > BN_FIRST_SUMS_L1_BYTES) {
+    if (job->from_memory && (c1 - c0) * BN_FIRST_SUMS_CHANNEL_BYTES > BN_FIRST_SUMS_L1_BYTES) {
         const size_t side_by_side = job->dy == NULL ? 4 : 2;
         for (size_t n0 = 0; n0 < s->outer; n0 += side_by_side) {
             const size_t batches = s->outer - n0 < side_by_side ? s->outer - n0 : side_by_side;
@@ -296,9 +302,9 @@ static void fill_tables(float *tables, int last, size_t period, size_t channels,
                 tables[(4 * copy + k) * entries + e] = params[k][last ? e % period % channels : copy];
 }
 
-static int stream_output(const fq_bn_walk *w, fq_bn_pass pass) {
+static int beyond_caches(const fq_bn_walk *w, fq_bn_pass pass) {
     const size_t arrays = pass == FQ_BN_BACKPROP ? 3 : 2;
-    return w->count * w->element_size * arrays >= BN_STREAM_MIN_BYTES;
+    return w->count * w->element_size * arrays >= BN_BEYOND_CACHES_BYTES;
 }
 
 fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
@@ -311,7 +317,7 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
     float *tables = malloc(sizeof(float) * 4 * (period + FQ_BN_LANES) * copies);
     if (tables == NULL) return FQ_ERR_NO_MEMORY;
     fill_tables(tables, last, period, channels, per_channel, 0, copies);
-    elementwise_job job = {w, pass, dy, x, out, period, 0, 0, stream_output(w, pass), tables};
+    elementwise_job job = {w, pass, dy, x, out, period, 0, 0, beyond_caches(w, pass), tables};
     const size_t units = last ? ceil_div(w->count, period) : w->shape.outer * channels;
     const size_t unit_size = last ? period : w->shape.inner;
     size_t per_item = BN_CHUNK / unit_size;
@@ -375,8 +381,9 @@ fq_status fq_bn_walk_fused(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
         finish(context, 0, channels);
         return FQ_OK;
     }
-    fused_job job = {{w, dy, x, NULL, 0, 0, 0, NULL},
-                     {w, pass, dy, x, out, FQ_BN_LANES, 0, 0, stream_output(w, pass), NULL},
+    const int from_memory = beyond_caches(w, pass);
+    fused_job job = {{w, dy, x, NULL, 0, 0, 0, NULL, from_memory},
+                     {w, pass, dy, x, out, FQ_BN_LANES, 0, 0, from_memory, NULL},
                      per_channel, sum_a, sum_b, finish, context, 1};
     fq_status status;
     if (is_channels_last(w)) {
