@@ -21,15 +21,14 @@
    thread too). Smaller items (32768) made the reversed walk cost up to 10% on data beyond L2 (each
    item restarts the prefetchers); this size still splits every benchmarked shape over 2 threads. */
 #define BN_CHUNK ((size_t)65536)
-/* An op whose arrays together exceed this is taken to be beyond the caches: its sums walk as for data
-   from memory (sums_first_channels; from_memory in bn_simd.h), and its pass writes its output with
-   non-temporal stores: the stores
-   then skip reading each destination line first (a quarter of an np.add-like pass's memory
-   traffic), and an output this large is unlikely to be read from the cache. At 32 MiB the NHWC
-   64x14x14x256 forward (25.6 MB) was not streamed: with TF and PyTorch interleaved (compare.py,
-   x and y out of the caches at each batch's start) it took 2.0-2.2 ms, streamed 1.42-1.46 ms
-   (Intel Xeon, one thread, three runs); called back to back, with its arrays in L3, streamed is
-   3-5% slower (forward 1.40 -> 1.43-1.46 ms, inference 0.92 -> 0.97 ms). */
+/* An op whose arrays together exceed this is taken to be beyond the caches: its sums walk as for
+   data from memory (sums_first_channels; from_memory in bn_simd.h), and its pass writes its output
+   with non-temporal stores: the stores then skip reading each destination line first (a quarter of
+   an np.add-like pass's memory traffic), and an output this large is unlikely to be read from the
+   cache. At 32 MiB the NHWC 64x14x14x256 forward (25.6 MB) was not streamed: with TF and PyTorch
+   interleaved (compare.py, x and y out of the caches at each batch's start) it took 2.0-2.2 ms,
+   streamed 1.42-1.46 ms (Intel Xeon, one thread, three runs); called back to back, with its arrays
+   in L3, streamed is 3-5% slower (forward 1.40 -> 1.43-1.46 ms, inference 0.92 -> 0.97 ms). */
 #define BN_BEYOND_CACHES_BYTES ((size_t)16 << 20)
 
 static const fq_bn_kernels *active_kernels(void) {
@@ -110,18 +109,18 @@ static void sums_last_blocks(void *context, size_t first_block, size_t end_block
     }
 }
 
-/* Channels-first sums of data beyond the caches whose channels' lane partials and centers (320 bytes
-   a channel) overflow L1 walk each channel's runs of a few batches at a time, those batches side by side (so that the
-   partials are loaded and stored once for them); else batch by batch, all the call's channels in
-   each. Walked batch by batch, every run brought its partials and center back into L1 (5 lines
-   for the 12 of a plane of 196 floats) and wrote the partials back. Zen 4, AVX-512, one thread, ns
-   an element of the sums alone (an ad hoc loop over the kernel table), batch by batch -> side by
-   side: NCHW 64x256x14x14 moments 0.24-0.30 -> 0.11-0.17 (four batches), gradient sums 0.30-0.35
-   -> 0.18-0.31 (two batches: two inputs); 64x1024x7x7 moments 0.48 -> 0.26. With 64 channels
-   (partials in L1) side by side was slower (moments 0.107 -> 0.119-0.140), and so was data in the
-   caches with short planes (8x1024x7x7: moments 0.17 -> 0.19-0.21, gradient sums 0.22 -> 0.27-0.28;
-   4x256x14x14 and 16x256x14x14 even). Each lane still adds its runs batch after batch, so the bits
-   do not change. */
+/* Channels-first sums of data beyond the caches whose channels' lane partials and centers (320
+   bytes a channel) overflow L1 walk each channel's runs of a few batches at a time, those batches
+   side by side (so that the partials are loaded and stored once for them); else batch by batch, all
+   the call's channels in each. Walked batch by batch, every run brought its partials and center
+   back into L1 (5 lines for the 12 of a plane of 196 floats) and wrote the partials back. Zen 4,
+   AVX-512, one thread, ns an element of the sums alone (an ad hoc loop over the kernel table),
+   batch by batch -> side by side: NCHW 64x256x14x14 moments 0.16-0.30 -> 0.10-0.17 (four batches),
+   gradient sums 0.27-0.35 -> 0.18-0.31 (two batches: two inputs); 64x1024x7x7 moments 0.48 -> 0.26.
+   With 64 channels (partials in L1) side by side was slower (moments 0.107 -> 0.119-0.140), and so
+   was data in the caches with short planes (8x1024x7x7: moments 0.17 -> 0.19-0.21, gradient sums
+   0.22 -> 0.27-0.28; 4x256x14x14 and 16x256x14x14 even). Each lane still adds its runs batch after
+   batch, so the bits do not change. */
 #define BN_FIRST_SUMS_L1_BYTES ((size_t)32 << 10)
 #define BN_FIRST_SUMS_CHANNEL_BYTES ((size_t)FQ_BN_LANES * (2 * sizeof(double) + sizeof(float)))
 
