@@ -751,12 +751,12 @@ static void test_large(void) {
             }
 }
 
-/* Calls whose arrays together reach 16 MiB (bn_walk.c's BN_BEYOND_CACHES_BYTES) write float32 output
-   with non-temporal stores after a scalar prologue up to an aligned address, and walk their sums as
-   for data from memory: channels-last gradient sums of periods 304 and 150 (a short last vector) in
-   memory order, channels-first sums of 150 and 120 channels a few batches side by side (3 and 5
-   batches: an uneven last block). Float32 calls of that size, misaligned outputs, both layouts, in
-   place too. */
+/* Calls whose arrays together reach 16 MiB (bn_walk.c's BN_BEYOND_CACHES_BYTES) write float32
+   output with non-temporal stores after a scalar prologue up to an aligned address, and walk their
+   sums as for data from memory: channels-last gradient sums of periods 304 and 150 (a short last
+   vector) in memory order, channels-first sums of 150 and 120 channels a few batches side by side
+   (3 and 5 batches: an uneven last block). Float32 calls of that size, misaligned outputs, both
+   layouts, in place too. */
 static void test_streaming(void) {
     const struct { entry ep; size_t outer, channels, inner; alias_kind alias; } calls[] = {
         {EP_TRAIN, 1, 3, 1398103, ALIAS_NONE},     {EP_INFER, 2, 7, 299594, ALIAS_X},
