@@ -39,6 +39,7 @@ static inline void bn_store_bf16(uint16_t *p, bn_vf v) {
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(halves, halves), 0x08);
     _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
 }
+static inline bn_vf bn_set1_f(float v) { return _mm256_set1_ps(v); }
 static inline bn_vf bn_add_f(bn_vf a, bn_vf b) { return _mm256_add_ps(a, b); }
 static inline bn_vf bn_sub_f(bn_vf a, bn_vf b) { return _mm256_sub_ps(a, b); }
 static inline bn_vf bn_mul_f(bn_vf a, bn_vf b) { return _mm256_mul_ps(a, b); }

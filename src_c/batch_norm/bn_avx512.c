@@ -60,6 +60,7 @@ static inline void bn_store_partial_bf16(uint16_t *p, size_t n, bn_vf v) {
 static inline __m512d bn_add_d_n(__m512d acc, __m512d v, size_t n) {
     return _mm512_mask_add_pd(acc, (__mmask8)((1u << n) - 1u), acc, v);
 }
+static inline bn_vf bn_set1_f(float v) { return _mm512_set1_ps(v); }
 static inline bn_vf bn_add_f(bn_vf a, bn_vf b) { return _mm512_add_ps(a, b); }
 static inline bn_vf bn_sub_f(bn_vf a, bn_vf b) { return _mm512_sub_ps(a, b); }
 static inline bn_vf bn_mul_f(bn_vf a, bn_vf b) { return _mm512_mul_ps(a, b); }

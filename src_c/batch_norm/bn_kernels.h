@@ -12,7 +12,8 @@
    j * run_stride. A run starts at position 0 of a period of `period` positions (its last period
    may be cut short); position p of every period belongs to the same channel and reads its
    per-channel values at index p of the tables. Channels-last data is one run whose period is whole
-   rows of channels; channels-first data has FQ_BN_LANES positions holding one channel's values. */
+   rows of channels. Channels-first data is a run per channel and batch: its sums have FQ_BN_LANES
+   positions holding one channel's values, its elementwise passes a period of 1. */
 #define FQ_BN_LANES 16
 
 /* Per-position float32 constants of the elementwise kernels. */
@@ -93,7 +94,7 @@ static inline void fq_bn_sum_run(const void *dy, const void *x, fq_dtype dtype, 
    positions only). Every kernel moves its tables (per-position values and accumulators) on by
    table_stride entries from one run to the next: 0 when all runs share them. The elementwise
    tables hold period + FQ_BN_LANES entries, the last ones repeating the first, so a vector may
-   cross the end of a period; `stream` asks for float32 output to bypass the caches (it is too
+   cross the end of a period, except at a period of 1, where only entry 0 is read; `stream` asks for float32 output to bypass the caches (it is too
    large to stay). The sums may prefetch (never read) the `readable_after` elements that follow the
    last run: a caller that splits one array into consecutive calls lets each call fetch the next
    one's start. `from_memory` says the gradient's inputs are too large to stay in the caches (it

@@ -47,6 +47,7 @@ static inline void bn_store_bf16(uint16_t *p, bn_vf v) {
     const uint32x4_t quiet = vorrq_u32(top, vdupq_n_u32(0x40u));
     vst1_u16(p, vmovn_u32(vbslq_u32(nan, quiet, rounded)));
 }
+static inline bn_vf bn_set1_f(float v) { return vdupq_n_f32(v); }
 static inline bn_vf bn_add_f(bn_vf a, bn_vf b) { return vaddq_f32(a, b); }
 static inline bn_vf bn_sub_f(bn_vf a, bn_vf b) { return vsubq_f32(a, b); }
 static inline bn_vf bn_mul_f(bn_vf a, bn_vf b) { return vmulq_f32(a, b); }

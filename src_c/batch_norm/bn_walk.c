@@ -223,15 +223,11 @@ typedef struct {
     size_t period, chunk; /* channels-last: elements per item; channels-first: runs per item */
     size_t items;
     int stream;
-    float *tables;        /* 4 parameters x (period + FQ_BN_LANES): one table (channels-last) or
-                             one a channel (channels-first, period FQ_BN_LANES) */
+    /* Channels-last: the four parameters' tables over the padded period (period + FQ_BN_LANES
+       entries each). Channels-first: the per-channel parameters themselves, one entry a channel,
+       read as runs of period 1. */
+    fq_bn_table table;
 } elementwise_job;
-
-static fq_bn_table table_at(const float *tables, size_t stride, size_t index) {
-    const float *base = tables + 4 * stride * index;
-    const fq_bn_table t = {base, base + stride, base + 2 * stride, base + 3 * stride};
-    return t;
-}
 
 static void elementwise_call(const elementwise_job *job, size_t first, size_t runs,
                              size_t run_stride, size_t count, const fq_bn_table *table,
@@ -262,8 +258,7 @@ static void elementwise_call(const elementwise_job *job, size_t first, size_t ru
 static void elementwise_last_item(const elementwise_job *job, size_t item) {
     const size_t first = item * job->chunk;
     const size_t count = job->walk->count - first < job->chunk ? job->walk->count - first : job->chunk;
-    const fq_bn_table table = table_at(job->tables, job->period + FQ_BN_LANES, 0);
-    elementwise_call(job, first, 1, 0, count, &table, 0);
+    elementwise_call(job, first, 1, 0, count, &job->table, 0);
 }
 
 static void elementwise_last_items(void *context, size_t first, size_t end) {
@@ -273,14 +268,14 @@ static void elementwise_last_items(void *context, size_t first, size_t end) {
 /* Runs in memory order; the runs of one batch are consecutive channels, so one call takes them. */
 static void elementwise_first_item(const elementwise_job *job, size_t item) {
     const fq_bn_shape *s = &job->walk->shape;
-    const size_t runs = s->outer * s->channels, stride = 2 * FQ_BN_LANES;
+    const size_t runs = s->outer * s->channels;
     const size_t end = (item + 1) * job->chunk < runs ? (item + 1) * job->chunk : runs;
     for (size_t run = item * job->chunk; run < end;) {
         const size_t channel = run % s->channels;
         size_t batch_runs = s->channels - channel;
         if (batch_runs > end - run) batch_runs = end - run;
-        const fq_bn_table table = table_at(job->tables, stride, channel);
-        elementwise_call(job, run * s->inner, batch_runs, s->inner, s->inner, &table, 4 * stride);
+        const fq_bn_table table = fq_bn_table_of_run(&job->table, channel, 1);
+        elementwise_call(job, run * s->inner, batch_runs, s->inner, s->inner, &table, 1);
         run += batch_runs;
     }
 }
@@ -289,16 +284,16 @@ static void elementwise_first_items(void *context, size_t first, size_t end) {
     for (size_t item = end; item > first; --item) elementwise_first_item(context, item - 1);
 }
 
-/* Tables [copy0, copy1) of the elementwise constants: channels-last, the one table of the padded
-   period; channels-first, one table a channel. */
-static void fill_tables(float *tables, int last, size_t period, size_t channels,
-                        const fq_bn_table *per_channel, size_t copy0, size_t copy1) {
+/* The channels-last tables of the elementwise constants over the padded period, in `tables`
+   (4 x (period + FQ_BN_LANES) floats). */
+static fq_bn_table fill_tables(float *tables, size_t period, size_t channels,
+                               const fq_bn_table *per_channel) {
     const size_t entries = period + FQ_BN_LANES;
     const float *params[4] = {per_channel->a, per_channel->b, per_channel->c, per_channel->d};
-    for (size_t copy = copy0; copy < copy1; ++copy)
-        for (size_t k = 0; k < 4; ++k)
-            for (size_t e = 0; e < entries; ++e)
-                tables[(4 * copy + k) * entries + e] = params[k][last ? e % period % channels : copy];
+    for (size_t k = 0; k < 4; ++k)
+        for (size_t e = 0; e < entries; ++e) tables[k * entries + e] = params[k][e % period % channels];
+    const fq_bn_table t = {tables, tables + entries, tables + 2 * entries, tables + 3 * entries};
+    return t;
 }
 
 static int beyond_caches(const fq_bn_walk *w, fq_bn_pass pass) {
@@ -311,12 +306,14 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
     if (w->count == 0) return FQ_OK;
     const size_t channels = w->shape.channels;
     const int last = is_channels_last(w);
-    const size_t period = last ? fq_padded_period(channels, BN_MAX_PADDED_PERIOD) : FQ_BN_LANES;
-    const size_t copies = last ? 1 : channels;
-    float *tables = malloc(sizeof(float) * 4 * (period + FQ_BN_LANES) * copies);
-    if (tables == NULL) return FQ_ERR_NO_MEMORY;
-    fill_tables(tables, last, period, channels, per_channel, 0, copies);
-    elementwise_job job = {w, pass, dy, x, out, period, 0, 0, beyond_caches(w, pass), tables};
+    const size_t period = last ? fq_padded_period(channels, BN_MAX_PADDED_PERIOD) : 1;
+    float *tables = NULL;
+    elementwise_job job = {w, pass, dy, x, out, period, 0, 0, beyond_caches(w, pass), *per_channel};
+    if (last) {
+        tables = malloc(sizeof(float) * 4 * (period + FQ_BN_LANES));
+        if (tables == NULL) return FQ_ERR_NO_MEMORY;
+        job.table = fill_tables(tables, period, channels, per_channel);
+    }
     const size_t units = last ? ceil_div(w->count, period) : w->shape.outer * channels;
     const size_t unit_size = last ? period : w->shape.inner;
     size_t per_item = BN_CHUNK / unit_size;
@@ -345,7 +342,6 @@ fq_status fq_bn_walk_elementwise(const fq_bn_walk *w, fq_bn_pass pass, const voi
 typedef struct {
     sums_job sums;
     elementwise_job pass;
-    const fq_bn_table *per_channel;
     double *sum_a, *sum_b;
     fq_bn_finish finish;
     void *context;
@@ -355,7 +351,6 @@ typedef struct {
 static void fused_blocks(void *context, size_t first, size_t end) {
     fused_job *job = context;
     const fq_bn_shape *s = &job->sums.walk->shape;
-    const size_t stride = 2 * FQ_BN_LANES;
     for (size_t block = first; block < end; ++block) {
         const size_t c0 = block * job->block_channels;
         const size_t c1 = s->channels - c0 < job->block_channels ? s->channels : c0 + job->block_channels;
@@ -363,11 +358,10 @@ static void fused_blocks(void *context, size_t first, size_t end) {
         sums_first_totals(&job->sums, c0, c1, job->sum_a, job->sum_b);
         job->finish(job->context, c0, c1);
         if (job->pass.out == NULL) continue;
-        fill_tables(job->pass.tables, 0, FQ_BN_LANES, s->channels, job->per_channel, c0, c1);
-        const fq_bn_table table = table_at(job->pass.tables, stride, c0);
+        const fq_bn_table table = fq_bn_table_of_run(&job->pass.table, c0, 1);
         for (size_t n = 0; n < s->outer; ++n)
             elementwise_call(&job->pass, (n * s->channels + c0) * s->inner, c1 - c0, s->inner, s->inner,
-                             &table, 4 * stride);
+                             &table, 1);
     }
 }
 
@@ -382,8 +376,8 @@ fq_status fq_bn_walk_fused(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
     }
     const int from_memory = beyond_caches(w, pass);
     fused_job job = {{w, dy, x, NULL, 0, 0, 0, NULL, from_memory},
-                     {w, pass, dy, x, out, FQ_BN_LANES, 0, 0, from_memory, NULL},
-                     per_channel, sum_a, sum_b, finish, context, 1};
+                     {w, pass, dy, x, out, 1, 0, 0, from_memory, *per_channel},
+                     sum_a, sum_b, finish, context, 1};
     fq_status status;
     if (is_channels_last(w)) {
         status = sums_last(&job.sums, center, sum_a, sum_b);
@@ -392,11 +386,6 @@ fq_status fq_bn_walk_fused(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
         return out == NULL ? FQ_OK : fq_bn_walk_elementwise(w, pass, dy, x, out, per_channel);
     }
     if ((status = sums_first_begin(&job.sums, center)) != FQ_OK) return status;
-    job.pass.tables = malloc(sizeof(float) * 4 * 2 * FQ_BN_LANES * channels);
-    if (job.pass.tables == NULL) {
-        free(job.sums.partials);
-        return FQ_ERR_NO_MEMORY;
-    }
     const size_t channel_bytes = w->per_channel * w->element_size * 2;
     if (channel_bytes < BN_FUSED_BLOCK_BYTES) job.block_channels = BN_FUSED_BLOCK_BYTES / channel_bytes;
     const size_t blocks = ceil_div(channels, job.block_channels);
@@ -415,7 +404,6 @@ fq_status fq_bn_walk_fused(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
         finish(context, 0, channels);
         if (out != NULL) status = fq_bn_walk_elementwise(w, pass, dy, x, out, per_channel);
     }
-    free(job.pass.tables);
     free(job.sums.partials);
     return status;
 }
