@@ -30,7 +30,7 @@ CASES = [
 # short last vector), channels-first sums of 150 channels a few batches side by side.
 LARGE_CASES = [((4, 24, 24, 64), "NHWC"), ((4, 64, 24, 24), "NCHW"), ((2, 10, 10, 1000), "NHWC"),
                ((3, 5, 8, 8, 120), "NDHWC"), ((2, 256, 32, 32), "NCHW"),
-               ((3, 50, 100, 150), "NHWC"), ((3, 150, 50, 100), "NCHW")]
+               ((3, 50, 100, 150), "NHWC"), ((3, 150, 50, 100), "NCHW"), ((2, 100, 100, 97), "NHWC")]
 
 
 def channels_of(shape, data_format):

@@ -255,14 +255,18 @@ BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size
    fourth row share L1 sets); in memory order they run at about that speed. Measured on Zen 4, 3.2M
    float32 elements, ns an element, strips -> memory order (a loop that only reads both inputs:
    0.19-0.34): AVX-512 period 128 0.32-0.63 -> 0.30-0.39, 192 0.52-0.61 -> 0.31-0.33, 256 0.40-0.48
-   -> 0.24-0.29, 320 0.66 -> 0.38; AVX2 192 0.45 -> 0.31, 256 0.31 -> 0.25. Narrower periods gain
-   nothing (AVX-512 96 0.36 -> 0.34, AVX2 128 0.27 -> 0.27) or lose (AVX2 32 and 64: 0.26 ->
-   0.29-0.31), wider ones lose (AVX2 512 0.29 -> 0.35, 1024 0.36 -> 0.48: the runs and accumulators
-   crowd L1), and the moments, one input, gain nothing. Two rows at once (half the runs' loads and
+   -> 0.24-0.29, 320 0.66 -> 0.38; AVX2 192 0.45 -> 0.31, 256 0.31 -> 0.25. Those inputs (26 MB)
+   partly stayed in L3 (32 MiB); there narrower periods gained nothing (AVX-512 96 0.36 -> 0.34,
+   AVX2 128 0.27 -> 0.27) or lost (AVX2 32 and 64: 0.26 -> 0.29-0.31). With 6.4M elements (51 MB)
+   AVX2 48, 64 and 96 gain (0.51-0.56 -> 0.43-0.44; a loop that only reads both: 0.25-0.28) and 32
+   still loses (0.44 -> 0.53); the whole NHWC 32x56x56x64 gradient, AVX2, three runs alternating:
+   5.68-5.72 -> 4.70-4.81 ms (AVX-512 at 96, 64x28x28x96: 3.37-4.29 -> 3.26-3.54 ms). Wider periods
+   lose (AVX2 512 0.29 -> 0.35, 1024 0.36 -> 0.48: the runs and accumulators crowd L1), and the
+   moments, one input, gain nothing. Two rows at once (half the runs' loads and
    stores) was 2x slower beyond L2: the prefetchers do not follow two interleaved streams a row
    apart. With the inputs in the caches the strips are faster (AVX-512, back to back: periods
    144-256, 64-4096 rows, 0.11-0.18 -> 0.16-0.22; 8192 rows of 256, 16 MB, even), hence from_memory. */
-#define BN_IN_ORDER_MIN_PERIOD ((size_t)128)
+#define BN_IN_ORDER_MIN_PERIOD ((size_t)48)
 #define BN_IN_ORDER_MAX_PERIOD ((size_t)384)
 
 BN_INLINE int sums_in_order(const void *dy, size_t period, int from_memory) {

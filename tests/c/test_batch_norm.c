@@ -753,8 +753,8 @@ static void test_large(void) {
 
 /* Calls whose arrays together reach 16 MiB (bn_walk.c's BN_BEYOND_CACHES_BYTES) write float32
    output with non-temporal stores after a scalar prologue up to an aligned address, and walk their
-   sums as for data from memory: channels-last gradient sums of periods 304 and 150 (a short last
-   vector) in memory order, channels-first sums of 150 and 120 channels a few batches side by side
+   sums as for data from memory: channels-last gradient sums of periods 304, 150 and 97 (a short
+   last vector) and 64 in memory order (AVX2 also at 64), channels-first sums of 150 and 120 channels a few batches side by side
    (3 and 5 batches: an uneven last block). Float32 calls of that size, misaligned outputs, both
    layouts, in place too. */
 static void test_streaming(void) {
@@ -762,7 +762,8 @@ static void test_streaming(void) {
         {EP_TRAIN, 1, 3, 1398103, ALIAS_NONE},     {EP_INFER, 2, 7, 299594, ALIAS_X},
         {EP_GRAD_TRAIN, 3, 19, 49060, ALIAS_NONE}, {EP_GRAD_INFER, 1, 1030, 4073, ALIAS_DY},
         {EP_GRAD_TRAIN, 5, 33, 16951, ALIAS_X},    {EP_GRAD_TRAIN, 3, 150, 5000, ALIAS_NONE},
-        {EP_TRAIN, 5, 120, 4000, ALIAS_NONE},
+        {EP_TRAIN, 5, 120, 4000, ALIAS_NONE},      {EP_GRAD_TRAIN, 2, 97, 22000, ALIAS_NONE},
+        {EP_GRAD_TRAIN, 4, 64, 17000, ALIAS_DY},
     };
     for (size_t k = 0; k < COUNT_OF(calls); ++k)
         for (int layout = 0; layout < 2; ++layout) {
