@@ -89,6 +89,25 @@ def test_per_channel_gradient_from_any_alignment(isa, channels):
                 assert_same_bits(np.asarray(a), np.asarray(e))
 
 
+@pytest.mark.parametrize("channels", [16, 32, 100, 128, 256])
+@pytest.mark.parametrize("sd", [2.5, 3.0, 4.0])
+def test_per_channel_gradient_with_a_few_percent_clipped(isa, channels, sd):
+    """With 1.2%, 4.6% and 13% of x outside [-6, 6] (N(0, sd)), where the AVX2 and NEON walks of data
+    beyond the caches (12 MiB here) may add every group's products rather than branch on each
+    (fq_simd.h, adds_every_group): the scalar kernels' bits in short calls and in long ones, on 1
+    and 2 threads."""
+    rng = np.random.default_rng(channels)
+    lim = np.full(channels, 6.0, np.float32)
+    for rows in (40, (1 << 20) // channels):
+        x = (rng.standard_normal((rows, channels)) * sd).astype(np.float32)
+        g = rng.standard_normal((rows, channels)).astype(np.float32)
+        call = lambda: fqcore.fake_quant_with_min_max_vars_per_channel_gradient(g, x, -lim, lim)
+        expected = run_on("scalar", call, threads=1)
+        for threads in (1, 2):
+            for a, e in zip(run_on(isa, call, threads=threads), expected):
+                assert_same_bits(np.asarray(a), np.asarray(e))
+
+
 @pytest.mark.parametrize("shape", [(3_000_001,), (3000, 1000), (20000, 100), (2, 1_500_000)])
 def test_sums_identical_across_isas_and_threads(shape):
     rng = np.random.default_rng(7)

@@ -23,6 +23,10 @@
 #define FQ_CHANNEL_BLOCK_WORK ((size_t)65536)
 /* Per-channel gradients of at least this many elements walk aligned where the kernels can. */
 #define FQ_ALIGNED_GRAD_MIN_ELEMENTS ((size_t)1 << 17)
+/* Per-channel gradients whose g, x and dx together reach this many bytes walk as for data from
+   memory (fq_fake_quant_kernels.channel_mask_sums; fq_simd.h, adds_every_group). On Zen 4 the
+   time an element jumped between [4096, 128] (6 MiB: 0.27 ns) and [6144, 128] (9 MiB: 0.42 ns). */
+#define FQ_GRAD_FROM_MEMORY_BYTES ((size_t)8 << 20)
 /* Channel counts are padded to a period that fills whole vectors when that stays this short. */
 #define FQ_CHANNEL_MAX_PADDED_PERIOD ((size_t)4096)
 
@@ -332,6 +336,7 @@ typedef struct {
     double *partials; /* gradient only: per block, min sums then max sums, `acc_stride` apart */
     size_t acc_stride;
     size_t head; /* gradient only: > 0 for an aligned walk, `head` elements into each block */
+    int from_memory; /* gradient only: the arrays are beyond the caches */
 } channel_job;
 
 static void channel_tile(const channel_job *job, size_t item, size_t *r0, size_t *rows, size_t *p0,
@@ -364,10 +369,11 @@ static void channel_grad_tiles(void *context, size_t first, size_t end) {
         if (job->head > 0)
             job->k->channel_mask_sums_aligned(job->g + offset, job->x + offset, job->out + offset,
                                               rows, job->table, job->head, acc,
-                                              acc + job->acc_stride);
+                                              acc + job->acc_stride, job->from_memory);
         else
             job->k->channel_mask_sums(job->g + offset, job->x + offset, job->out + offset, rows,
-                                      job->table, p0, p1, acc, acc + job->acc_stride);
+                                      job->table, p0, p1, acc, acc + job->acc_stride,
+                                      job->from_memory);
     }
 }
 
@@ -418,7 +424,7 @@ fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t c
         const float *walk_x = x + head;
         float *walk_out = out + head;
         const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
-        channel_job job = {k, NULL, walk_x, walk_out, &s.table, 0, 0, 0, 0, NULL, 0, 0};
+        channel_job job = {k, NULL, walk_x, walk_out, &s.table, 0, 0, 0, 0, NULL, 0, 0, 0};
         const size_t row_items = threads > 1 ? ceil_div(n, FQ_ITEM_ELEMENTS) : 1;
         plan_channel_job(&job, period, rows, rows < row_items ? rows : row_items, threads);
         if (rows > 0)
@@ -486,7 +492,8 @@ static fq_status channel_grad(const fq_fake_quant_kernels *k, const float *g, co
     const size_t rows = n / period, rest = n % period;
     const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
     const size_t acc_stride = skewed_stride(period);
-    channel_job job = {k, g, x, dx, NULL, 0, 0, 0, 0, NULL, acc_stride, 0};
+    channel_job job = {k, g, x, dx, NULL, 0, 0, 0, 0, NULL, acc_stride, 0,
+                       3 * n * sizeof(float) >= FQ_GRAD_FROM_MEMORY_BYTES};
     plan_channel_job(&job, period, rows, channel_sum_blocks(n, period, rows), threads);
     /* Past L2, blocks of whole periods walk from their first element whose input is 64-byte
        aligned, where the kernels can: numpy's 16-byte offset otherwise splits every vector across
@@ -523,7 +530,7 @@ static fq_status channel_grad(const fq_fake_quant_kernels *k, const float *g, co
     double *last = job.partials + (blocks - 1) * 2 * acc_stride;
     if (rest > 0)
         job.k->channel_mask_sums(g + rows * period, x + rows * period, dx + rows * period, 1,
-                                 &s.table, 0, rest, last, last + acc_stride);
+                                 &s.table, 0, rest, last, last + acc_stride, job.from_memory);
     /* An aligned walk left positions [0, head) past the period; their slots at p are still +0. */
     if (job.head > 0)
         for (size_t b = 0; b < blocks; ++b) {

@@ -83,10 +83,11 @@ typedef struct {
     void (*channel_forward)(const float *x, float *out, size_t rows, const fq_grid_table *table,
                             size_t p0, size_t p1);
     /* Per-channel mask and sums: position p's products are added, row by row, in float64 into
-       acc_min[p] / acc_max[p] (a row whose products at p are +-0 may be skipped). */
+       acc_min[p] / acc_max[p] (a row whose products at p are +-0 may be skipped). `from_memory`
+       says the call's arrays are too large for the caches (it picks a walk, not a result). */
     void (*channel_mask_sums)(const float *g, const float *x, float *dx, size_t rows,
                               const fq_grid_table *table, size_t p0, size_t p1, double *acc_min,
-                              double *acc_max);
+                              double *acc_max, int from_memory);
     /* fq_nudge of channels [0, channels), each grid written to the same position of a grid table's
        storage `grid` (bit for bit what fq_nudge gives, NaN bits included). */
     void (*nudge_channels)(const float *min, const float *max, size_t channels, int num_bits,
@@ -104,7 +105,7 @@ typedef struct {
        each position still adds its rows in order. NULL for the scalar kernels. */
     void (*channel_mask_sums_aligned)(const float *g, const float *x, float *dx, size_t rows,
                                       const fq_grid_table *table, size_t head, double *acc_min,
-                                      double *acc_max);
+                                      double *acc_max, int from_memory);
 } fq_fake_quant_kernels;
 
 extern const fq_fake_quant_kernels fq_fake_quant__scalar;

@@ -455,9 +455,11 @@ FQ_INLINE void add_to_positions(fqv products, double *acc) {
    where a few percent of x are clipped, and since quiet groups are skipped it no longer paid where
    few are: AMD Zen 5 (EPYC, family 26), AVX-512, per-channel / per-tensor gradient with 4.6%
    clipped, [1024, 1024] 2.77 -> 1.32 and [8192, 128] 2.59 -> 1.28, at 0.27% 1.04-1.07 -> 1.05-1.22;
-   Intel Xeon, AVX2, [8192, 128] with 4.6% clipped: 1034 -> 703 us. */
-FQ_INLINE void grad_group(const fq_group *v, int count, double *const acc_min[4], double *const acc_max[4]) {
-    if (group_dx_quiet(v, count)) return;
+   Intel Xeon, AVX2, [8192, 128] with 4.6% clipped: 1034 -> 703 us. With `every` (a constant of each
+   walk: adds_every_group) the products of quiet groups are added too, with no branch. */
+FQ_INLINE void grad_group(const fq_group *v, int count, double *const acc_min[4], double *const acc_max[4],
+                          const int every) {
+    if (group_dx_quiet(v, count) && !every) return;
     for (int k = 0; k < count; ++k) {
         add_to_positions(below_product(v, k), acc_min[k]);
         add_to_positions(above_product(v, k), acc_max[k]);
@@ -470,7 +472,7 @@ FQ_INLINE void grad_group(const fq_group *v, int count, double *const acc_min[4]
    each vector's position is a constant of the unrolled unit. */
 FQ_INLINE void grad_in_registers(const float *g, const float *x, float *dx, size_t n,
                                  const fq_grid_table *t, double *acc_min, double *acc_max,
-                                 const int vectors) {
+                                 const int vectors, const int every) {
     fqv nmin[FQ_GRID_REG_VECTORS], nmax[FQ_GRID_REG_VECTORS];
     for (int j = 0; j < vectors; ++j) {
         nmin[j] = fqv_load(fq_grid_param(t, FQ_W * (size_t)j, FQ_GRID_NUDGED_MIN));
@@ -491,7 +493,7 @@ FQ_INLINE void grad_in_registers(const float *g, const float *x, float *dx, size
                 am[k] = acc_min + p;
                 ax[k] = acc_max + p;
             }
-            grad_group(&v, FQ_GRAD_GROUP, am, ax);
+            grad_group(&v, FQ_GRAD_GROUP, am, ax, every);
         }
     /* The last rows, fewer than a unit: one vector at a time (a unit starts at position 0). */
     for (int j = 0; i < n; i += FQ_W, ++j) {
@@ -499,24 +501,25 @@ FQ_INLINE void grad_in_registers(const float *g, const float *x, float *dx, size
         fq_group v;
         group_load(&v, 0, g + i, x + i, dx + i, nmin[j % vectors], nmax[j % vectors]);
         double *am[4] = {acc_min + p}, *ax[4] = {acc_max + p};
-        grad_group(&v, 1, am, ax);
+        grad_group(&v, 1, am, ax, every);
     }
 }
 
 /* grad_in_registers for a period of FQ_W to FQ_W * FQ_GRID_REG_VECTORS positions (whole vectors). */
-static void grad_registers_by_period(const float *g, const float *x, float *dx, size_t n,
-                                     const fq_grid_table *t, double *acc_min, double *acc_max) {
+FQ_INLINE void grad_registers_by_period(const float *g, const float *x, float *dx, size_t n,
+                                        const fq_grid_table *t, double *acc_min, double *acc_max,
+                                        const int every) {
     switch (t->period / FQ_W) {
-    case 1: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 1); return;
-    case 2: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 2); return;
-    case 3: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 3); return;
+    case 1: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 1, every); return;
+    case 2: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 2, every); return;
+    case 3: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 3, every); return;
 #if FQ_GRID_REG_VECTORS == 8
-    case 4: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 4); return;
-    case 5: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 5); return;
-    case 6: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 6); return;
-    case 7: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 7); return;
+    case 4: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 4, every); return;
+    case 5: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 5, every); return;
+    case 6: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 6, every); return;
+    case 7: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, 7, every); return;
 #endif
-    default: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, FQ_GRID_REG_VECTORS); return;
+    default: grad_in_registers(g, x, dx, n, t, acc_min, acc_max, FQ_GRID_REG_VECTORS, every); return;
     }
 }
 
@@ -527,8 +530,8 @@ FQ_INLINE int in_registers(size_t period) {
 /* One row, positions [p0, p1) (p0 a multiple of 16): a group of vectors at a time, their grids
    read from the chunks that follow one pointer; then one vector at a time; then element by
    element. */
-static void grad_row(const float *g, const float *x, float *dx, const fq_grid_table *t, size_t p0,
-                     size_t p1, double *acc_min, double *acc_max) {
+FQ_INLINE void grad_row(const float *g, const float *x, float *dx, const fq_grid_table *t, size_t p0,
+                        size_t p1, double *acc_min, double *acc_max, const int every) {
     const float *chunk = fq_grid_param(t, p0, FQ_GRID_NUDGED_MIN);
     size_t p = p0;
     for (; p + FQ_GRAD_GROUP * FQ_W <= p1;
@@ -542,13 +545,13 @@ static void grad_row(const float *g, const float *x, float *dx, const fq_grid_ta
             am[k] = acc_min + at;
             ax[k] = acc_max + at;
         }
-        grad_group(&v, FQ_GRAD_GROUP, am, ax);
+        grad_group(&v, FQ_GRAD_GROUP, am, ax, every);
     }
     for (; p + FQ_W <= p1; p += FQ_W) {
         fq_group v;
         group_load_grid(&v, 0, g + p, x + p, dx + p, fq_grid_param(t, p, FQ_GRID_NUDGED_MIN));
         double *am[4] = {acc_min + p}, *ax[4] = {acc_max + p};
-        grad_group(&v, 1, am, ax);
+        grad_group(&v, 1, am, ax, every);
     }
     fq_channel_row(g, x, dx, t, p, p1, acc_min, acc_max);
 }
@@ -610,15 +613,47 @@ static void grad_row_pair(const float *g, const float *x, float *dx, size_t peri
 /* Whether the walks take rows of `period` in pairs (grad_row_pair says why). */
 FQ_INLINE int rows_in_pairs(size_t period) { return period > FQ_SHORT_PERIOD; }
 
+/* Whether a walk of `rows` periods of data from memory adds the products of every group, quiet
+   or not (grad_group), from the share of x outside its grid in its first rows (at least
+   FQ_EVERY_SAMPLE elements where there are as many). Skipping the quiet groups is a branch a
+   group. Where about half of them hold a clipped element it goes either way at random, and in
+   groups of 16 elements (AVX2, NEON) with the data coming from memory its mispredictions then cost
+   more than the adds they save: Zen 4, AVX2, one thread, per-channel gradient [8192, 128] with
+   4.6% of x clipped (0.74 clipped elements a group) 574-782 -> 336-464 us, alternating. Data in
+   the caches lost ([3, 3, 64, 128] 22 -> 28-37 us, [4096, 128] 143 -> 167 us), and so did groups
+   of 64 elements (AVX-512, and the row pairs of any ISA) with 0.9% to 1.6% clipped ([8192, 128]
+   AVX-512 238-292 -> 294-296 us, [1024, 1024] 272-324 -> 396-449; AVX2 pairs 330-343 ->
+   375-386), and groups of 16 with 13% clipped (2.1 a group: 435-479 -> 480-499), where few groups
+   are quiet and the branch is mostly right. */
+#define FQ_EVERY_SAMPLE ((size_t)4096)
+
+FQ_INLINE int adds_every_group(const float *x, size_t rows, size_t period, const fq_grid_table *t,
+                               size_t p0, size_t p1) {
+    if (FQ_GRAD_GROUP * FQ_W > 16 || rows_in_pairs(period)) return 0;
+    fqv outside = fqv_zero();
+    size_t sampled = 0;
+    for (size_t r = 0; r < rows && sampled < FQ_EVERY_SAMPLE; ++r)
+        for (size_t p = p0; p + FQ_W <= p1; p += FQ_W, sampled += FQ_W) {
+            const float *grid = fq_grid_param(t, p, FQ_GRID_NUDGED_MIN);
+            const fqv v = fqv_load(x + r * period + p);
+            outside = fqv_add(outside, fqv_as_one(fqv_or(fqv_lt(v, fqv_load(grid)),
+                                                         fqv_gt(v, fqv_load(grid + FQ_GRID_CHUNK)))));
+        }
+    float lanes[FQ_W], clipped = 0.0f;
+    fqv_store(lanes, outside);
+    for (int k = 0; k < FQ_W; ++k) clipped += lanes[k];
+    const float per_group = clipped * 16.0f / (float)(sampled > 0 ? sampled : 1);
+    return per_group >= 0.4f && per_group <= 1.2f;
+}
+
 /* Whole periods that fit the registers keep their grids there; other calls go row by row, long
    rows two at a time (grad_row_pair). */
-static void FQ_NAME(channel_mask_sums)(const float *g, const float *x, float *dx, size_t rows,
-                                       const fq_grid_table *table, size_t p0, size_t p1,
-                                       double *acc_min, double *acc_max) {
-    const fq_grid_table grids = *table, *t = &grids; /* a local copy: stores cannot change it */
+FQ_INLINE void channel_sums_walk(const float *g, const float *x, float *dx, size_t rows,
+                                 const fq_grid_table *t, size_t p0, size_t p1, double *acc_min,
+                                 double *acc_max, const int every) {
     const size_t period = t->period;
     if (p0 == 0 && p1 == period && in_registers(period)) {
-        grad_registers_by_period(g, x, dx, rows * period, t, acc_min, acc_max);
+        grad_registers_by_period(g, x, dx, rows * period, t, acc_min, acc_max, every);
         return;
     }
     size_t r = 0;
@@ -629,8 +664,18 @@ static void FQ_NAME(channel_mask_sums)(const float *g, const float *x, float *dx
         }
     for (; r < rows; ++r) {
         const size_t base = r * period;
-        grad_row(g + base, x + base, dx + base, t, p0, p1, acc_min, acc_max);
+        grad_row(g + base, x + base, dx + base, t, p0, p1, acc_min, acc_max, every);
     }
+}
+
+static void FQ_NAME(channel_mask_sums)(const float *g, const float *x, float *dx, size_t rows,
+                                       const fq_grid_table *table, size_t p0, size_t p1,
+                                       double *acc_min, double *acc_max, int from_memory) {
+    const fq_grid_table grids = *table, *t = &grids; /* a local copy: stores cannot change it */
+    if (from_memory && adds_every_group(x, rows, t->period, t, p0, p1))
+        channel_sums_walk(g, x, dx, rows, t, p0, p1, acc_min, acc_max, 1);
+    else
+        channel_sums_walk(g, x, dx, rows, t, p0, p1, acc_min, acc_max, 0);
 }
 
 /* Lanes [lo, hi) of the 16 positions of rotated chunk `chunk` (an aligned walk's partial ends).
@@ -663,8 +708,8 @@ FQ_INLINE void next_chunk(const fq_grid_table *t, const float *end, const float 
 
 /* n elements (whole chunks) from the start of a period, grids loaded chunk by chunk through one
    pointer that wraps with the period. */
-static void grad_flat(const float *g, const float *x, float *dx, size_t n, const fq_grid_table *t,
-                      double *acc_min, double *acc_max) {
+FQ_INLINE void grad_flat(const float *g, const float *x, float *dx, size_t n, const fq_grid_table *t,
+                         double *acc_min, double *acc_max, const int every) {
     const float *chunk = t->grid, *const end = t->grid + fq_grid_offset(t->period, 0);
     size_t i = 0, p = 0; /* element i is at position p, the first of `chunk` */
     for (; i + FQ_GRAD_GROUP * FQ_W <= n; i += FQ_GRAD_GROUP * FQ_W) {
@@ -678,7 +723,7 @@ static void grad_flat(const float *g, const float *x, float *dx, size_t n, const
             ax[k] = acc_max + position;
             if (k % FQ_CHUNK_VECTORS == FQ_CHUNK_VECTORS - 1) next_chunk(t, end, &chunk, &p);
         }
-        grad_group(&v, FQ_GRAD_GROUP, am, ax);
+        grad_group(&v, FQ_GRAD_GROUP, am, ax, every);
     }
     for (; i < n; i += FQ_GRID_CHUNK) {
         fq_group v;
@@ -690,9 +735,23 @@ static void grad_flat(const float *g, const float *x, float *dx, size_t n, const
             am[k] = acc_min + p + FQ_W * (size_t)k;
             ax[k] = acc_max + p + FQ_W * (size_t)k;
         }
-        grad_group(&v, FQ_CHUNK_VECTORS, am, ax);
+        grad_group(&v, FQ_CHUNK_VECTORS, am, ax, every);
         next_chunk(t, end, &chunk, &p);
     }
+}
+
+/* The whole chunks of an aligned walk: n elements from the start of a period. */
+FQ_INLINE void aligned_walk(const float *g, const float *x, float *dx, size_t n, const fq_grid_table *t,
+                            double *acc_min, double *acc_max, const int every) {
+    const size_t period = t->period;
+    if (in_registers(period)) {
+        grad_registers_by_period(g, x, dx, n, t, acc_min, acc_max, every);
+        return;
+    }
+    size_t done = 0;
+    for (; rows_in_pairs(period) && done + 2 * period <= n; done += 2 * period)
+        grad_row_pair(g + done, x + done, dx + done, period, t, 0, period, acc_min, acc_max);
+    grad_flat(g + done, x + done, dx + done, n - done, t, acc_min, acc_max, every);
 }
 
 /* fq_fake_quant_kernels.channel_mask_sums_aligned: the rows as one walk from a 64-byte aligned
@@ -702,7 +761,7 @@ static void grad_flat(const float *g, const float *x, float *dx, size_t n, const
    chunk of the table, whose accumulators start `head` past the chunk's rotated position. */
 static void FQ_NAME(channel_mask_sums_aligned)(const float *g, const float *x, float *dx,
                                                size_t rows, const fq_grid_table *table, size_t head,
-                                               double *acc_min, double *acc_max) {
+                                               double *acc_min, double *acc_max, int from_memory) {
     const fq_grid_table grids = *table, *t = &grids; /* a local copy: stores cannot change it */
     const size_t period = t->period, n = rows * period - FQ_GRID_CHUNK;
     const float *const last = t->grid + fq_grid_offset(period - FQ_GRID_CHUNK, 0);
@@ -713,14 +772,11 @@ static void FQ_NAME(channel_mask_sums_aligned)(const float *g, const float *x, f
     acc_max += head;
     grad_partial_chunk(g - FQ_GRID_CHUNK, x - FQ_GRID_CHUNK, dx - FQ_GRID_CHUNK, FQ_GRID_CHUNK - head,
                        FQ_GRID_CHUNK, last, acc_min + period - FQ_GRID_CHUNK, acc_max + period - FQ_GRID_CHUNK);
-    if (in_registers(period))
-        grad_registers_by_period(g, x, dx, n, t, acc_min, acc_max);
-    else {
-        size_t done = 0;
-        for (; rows_in_pairs(period) && done + 2 * period <= n; done += 2 * period)
-            grad_row_pair(g + done, x + done, dx + done, period, t, 0, period, acc_min, acc_max);
-        grad_flat(g + done, x + done, dx + done, n - done, t, acc_min, acc_max);
-    }
+    /* The sample's rows are whole rotated periods before the last, partial one. */
+    if (from_memory && adds_every_group(x, rows - 1, period, t, 0, period))
+        aligned_walk(g, x, dx, n, t, acc_min, acc_max, 1);
+    else
+        aligned_walk(g, x, dx, n, t, acc_min, acc_max, 0);
     grad_partial_chunk(g + n, x + n, dx + n, 0, FQ_GRID_CHUNK - head, last,
                        acc_min + period - FQ_GRID_CHUNK, acc_max + period - FQ_GRID_CHUNK);
 }
