@@ -94,10 +94,10 @@ static inline void fq_bn_sum_run(const void *dy, const void *x, fq_dtype dtype, 
    positions only). Every kernel moves its tables (per-position values and accumulators) on by
    table_stride entries from one run to the next: 0 when all runs share them. The elementwise
    tables hold period + FQ_BN_LANES entries, the last ones repeating the first, so a vector may
-   cross the end of a period, except at a period of 1, where only entry 0 is read; `stream` asks for float32 output to bypass the caches (it is too
-   large to stay). The sums may prefetch (never read) the `readable_after` elements that follow the
-   last run: a caller that splits one array into consecutive calls lets each call fetch the next
-   one's start. `from_memory` says the gradient's inputs are too large to stay in the caches (it
+   cross the end of a period, except at a period of 1, where only entry 0 is read; `stream` asks
+   for float32 output to bypass the caches (it is too large to stay). The sums may prefetch (never
+   read) the `readable_after` elements that follow the last run: a caller that splits one array
+   into consecutive calls lets each call fetch the next one's start. `from_memory` says the gradient's inputs are too large to stay in the caches (it
    picks a walk, bn_simd.h, not a result). */
 typedef struct {
     /* The float32 runs (fq_bn_sum_run) of a = x - shift[p] and a * a into sum[p], sum_sq[p]. */

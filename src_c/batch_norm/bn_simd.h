@@ -262,10 +262,10 @@ BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size
    still loses (0.44 -> 0.53); the whole NHWC 32x56x56x64 gradient, AVX2, three runs alternating:
    5.68-5.72 -> 4.70-4.81 ms (AVX-512 at 96, 64x28x28x96: 3.37-4.29 -> 3.26-3.54 ms). Wider periods
    lose (AVX2 512 0.29 -> 0.35, 1024 0.36 -> 0.48: the runs and accumulators crowd L1), and the
-   moments, one input, gain nothing. Two rows at once (half the runs' loads and
-   stores) was 2x slower beyond L2: the prefetchers do not follow two interleaved streams a row
-   apart. With the inputs in the caches the strips are faster (AVX-512, back to back: periods
-   144-256, 64-4096 rows, 0.11-0.18 -> 0.16-0.22; 8192 rows of 256, 16 MB, even), hence from_memory. */
+   moments, one input, gain nothing. Two rows at once (half the runs' loads and stores) was 2x
+   slower beyond L2: the prefetchers do not follow two interleaved streams a row apart. With the
+   inputs in the caches the strips are faster (AVX-512, back to back: periods 144-256, 64-4096
+   rows, 0.11-0.18 -> 0.16-0.22; 8192 rows of 256, 16 MB, even), hence from_memory. */
 #define BN_IN_ORDER_MIN_PERIOD ((size_t)48)
 #define BN_IN_ORDER_MAX_PERIOD ((size_t)384)
 
@@ -451,10 +451,9 @@ BN_INLINE size_t pass_rows(fq_bn_pass pass, const void *dy, const void *x, void 
     }
 }
 
-#ifdef BN_HAS_PARTIAL
 /* Elements before the first whole vector of a run from element i to `end` whose loads (or
-   streamed stores) are aligned, to go as one partial vector: a load that spans two cache lines
-   costs two. */
+   streamed stores) are aligned (0 when there is none): a load that spans two cache lines costs
+   two. */
 BN_INLINE size_t head_to_align(const void *dy, const void *x, const void *out, fq_dtype dtype,
                                size_t i, size_t end, int stream) {
     const size_t size = fq_dtype_size(dtype);
@@ -462,14 +461,7 @@ BN_INLINE size_t head_to_align(const void *dy, const void *x, const void *out, f
     const size_t head = (BN_W * size - address % (BN_W * size)) % (BN_W * size) / size;
     return address % size == 0 && i + head <= end ? head : 0;
 }
-#endif
 
-/* A run of one channel (period 1: channels-first data), walked as pass_body walks a run, its four
-   constants broadcast into registers once from one entry a table. Tables of FQ_BN_LANES positions a
-   channel (512 bytes) brought up to 8 more cache lines from L2 into every run. Zen 4, AVX-512, one
-   thread, whole op, three runs alternating with those tables: NCHW 64x256x14x14 forward 1.31-1.50
-   -> 1.03-1.14 ms, gradient 1.91-2.07 -> 1.69-1.89 ms; 8x1024x7x7 forward 245-249 -> 175-176 us,
-   gradient 264-269 -> 188-189 us; 32x64x56x56 (long runs) and the AVX2 path unchanged. */
 #ifndef BN_HAS_PARTIAL
 /* Whether elements [i, end) of out share no byte with those of the inputs (NULL inputs share
    none). */
@@ -487,6 +479,12 @@ BN_INLINE int output_apart(const void *dy, const void *x, const void *out, fq_dt
 }
 #endif
 
+/* A run of one channel (period 1: channels-first data), walked as pass_body walks a run, its four
+   constants broadcast into registers once from one entry a table. Tables of FQ_BN_LANES positions a
+   channel (512 bytes) brought up to 8 more cache lines from L2 into every run. Zen 4, AVX-512, one
+   thread, whole op, three runs alternating with those tables: NCHW 64x256x14x14 forward 1.31-1.50
+   -> 1.03-1.14 ms, gradient 1.91-2.07 -> 1.69-1.89 ms; 8x1024x7x7 forward 245-249 -> 175-176 us,
+   gradient 264-269 -> 188-189 us; 32x64x56x56 (long runs) and the AVX2 path unchanged. */
 BN_INLINE void pass_channel_run(fq_bn_pass pass, const void *dy, const void *x, void *out,
                                 fq_dtype dtype, size_t i, size_t end, const fq_bn_table *t,
                                 int stream) {
@@ -499,11 +497,9 @@ BN_INLINE void pass_channel_run(fq_bn_pass pass, const void *dy, const void *x, 
        with 16ddd35: NCHW 64x256x14x14 forward 1.44-1.54 -> 1.20-1.34 ms, gradient 2.24-2.54 ->
        1.94-2.09 ms. */
     if (!stream && end - i >= BN_W && output_apart(dy, x, out, dtype, i, end)) {
-        const size_t size = fq_dtype_size(dtype);
-        const uintptr_t address = (uintptr_t)(x != NULL ? x : dy) + i * size;
-        const size_t head = (BN_W * size - address % (BN_W * size)) % (BN_W * size) / size;
+        const size_t head = head_to_align(dy, x, out, dtype, i, end, 0);
         pass_store(pass, dy, x, out, dtype, i, &k, 0);
-        i += head > 0 && address % size == 0 ? head : BN_W;
+        i += head > 0 ? head : BN_W;
         for (; i + BN_W <= end; i += BN_W) pass_store(pass, dy, x, out, dtype, i, &k, 0);
         if (i < end) pass_store(pass, dy, x, out, dtype, end - BN_W, &k, 0);
         return;

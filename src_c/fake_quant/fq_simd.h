@@ -642,7 +642,7 @@ FQ_INLINE int adds_every_group(const float *x, size_t rows, size_t period, const
     float lanes[FQ_W], clipped = 0.0f;
     fqv_store(lanes, outside);
     for (int k = 0; k < FQ_W; ++k) clipped += lanes[k];
-    const float per_group = clipped * 16.0f / (float)(sampled > 0 ? sampled : 1);
+    const float per_group = clipped * (float)(FQ_GRAD_GROUP * FQ_W) / (float)(sampled > 0 ? sampled : 1);
     return per_group >= 0.4f && per_group <= 1.2f;
 }
 
