@@ -42,6 +42,7 @@ COMMON_SOURCES = [
     "common/cpu_budget.c",
     "common/parallel.c",
     "common/kernel_choices.c",
+    "common/block_cache.c",
     "fake_quant/fq_api.c",
     "fake_quant/fq_nudge.c",
     "fake_quant/fq_scalar.c",

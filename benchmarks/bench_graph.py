@@ -4,7 +4,6 @@ tools/profile_demo_step.py splits one step's time between the engine and the ker
 from fqcore import demo, quantize
 from fqcore import graph as G
 from fqcore.datasets import load_digits
-from fqcore.malloc import keep_freed_memory
 
 try:  # imported by asv, benchmarks/ is a package; run from benchmarks/, it is on sys.path
     from .compare_training import MODELS, fqcore_mobilenet_v2_setup, synthetic_images
@@ -23,7 +22,6 @@ class TimeTrainingStep:
     timeout = 300
 
     def setup(self, mode, batch):
-        keep_freed_memory()  # as the demo does; asv runs each benchmark in its own process
         data = load_digits()
         t = demo.training_setup(quantized=mode == "qat", learning_rate=0.01)
         self.session, self.loss, self.train_op, self.updates = t.session, t.loss, t.train_op, t.updates
@@ -43,7 +41,6 @@ class TimeMobileNetV2Step:
     timeout = 300
 
     def setup(self, mode):
-        keep_freed_memory()
         x, y = synthetic_images()
         batch = MODELS["mobilenet_v2"]["batch"]
         t = fqcore_mobilenet_v2_setup(quantized=mode == "qat")

@@ -76,6 +76,8 @@ FQCORE_THREADS = ("fqcore kernels and numpy's OpenBLAS on the threads Session.ru
                   "fqcore's 'auto' setting for the kernels; threads='auto' for BLAS: one thread where "
                   "fqcore's own matrix product does the convolutions, else the cores other processes "
                   "leave free)")
+FQCORE_MEMORY = ("memory: glibc's default policy; Session.run's arrays from fqcore's block cache (a freed "
+                 "block of 16 KiB or more serves the next array of its size)")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -186,8 +188,6 @@ def worker_fqcore(batches, args):
     import numpy as np
     import fqcore
     from fqcore import demo
-    from fqcore.malloc import keep_freed_memory
-    malloc_note = keep_freed_memory()
     setup = {"demo": lambda qat: demo.training_setup(quantized=qat, learning_rate=LEARNING_RATE),  # momentum 0.9
              "mobilenet_v2": fqcore_mobilenet_v2_setup}[args.model]
 
@@ -205,7 +205,7 @@ def worker_fqcore(batches, args):
     results["fqcore QAT"]["detail"] = (f"experimental_create_training_graph(quant_delay=0), "
                                        f"{n_ops[True]} graph ops")
     return {"framework": f"fqcore {fqcore.__version__} (ISA {fqcore.get_isa()}), numpy {np.__version__}",
-            "threads": FQCORE_THREADS + "; " + malloc_note, "variants": results}
+            "threads": FQCORE_THREADS + "; " + FQCORE_MEMORY, "variants": results}
 
 
 # ---------------------------------------------------------------------------------------------------

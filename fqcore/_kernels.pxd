@@ -167,3 +167,15 @@ cdef extern from "fqcore.h" nogil:
                                     const float *const *sources, const unsigned char *broadcast,
                                     size_t num_sources, float *registers, size_t num_registers,
                                     size_t n)
+    ctypedef struct fq_block_cache_stats:
+        size_t cached_bytes
+        size_t cached_blocks
+        unsigned long long hits
+        unsigned long long misses
+    void *fq_block_alloc(size_t size)
+    void *fq_block_calloc(size_t count, size_t size)
+    void *fq_block_realloc(void *block, size_t size)
+    void fq_block_free(void *block)
+    void fq_block_cache_end_round()
+    void fq_block_cache_release()
+    void fq_block_cache_get_stats(fq_block_cache_stats *stats)

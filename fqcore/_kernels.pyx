@@ -3,6 +3,8 @@
 # fake-quant bindings check their arguments' form themselves (see below).
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.pycapsule cimport PyCapsule_New
+from libc.string cimport strcpy
 
 cnp.import_array()
 
@@ -86,6 +88,73 @@ def other_cpu_load():
 
 def free_cpus():
     return fq_free_cpus()
+
+
+# Array memory: numpy's allocator hook (NEP 49) over fq_block_*, which keeps freed large blocks for
+# the next array of their size. Session.run installs it for the arrays a run makes.
+cdef extern from "numpy/arrayobject.h":
+    ctypedef struct PyDataMemAllocator:
+        void *ctx
+        void *(*malloc)(void *ctx, size_t size) noexcept nogil
+        void *(*calloc)(void *ctx, size_t nelem, size_t elsize) noexcept nogil
+        void *(*realloc)(void *ctx, void *ptr, size_t new_size) noexcept nogil
+        void (*free)(void *ctx, void *ptr, size_t size) noexcept nogil
+    ctypedef struct PyDataMem_Handler:
+        char name[127]
+        unsigned char version
+        PyDataMemAllocator allocator
+    object PyDataMem_SetHandler(object handler)
+
+
+cdef void *_block_malloc(void *ctx, size_t size) noexcept nogil:
+    return fq_block_alloc(size)
+
+
+cdef void *_block_calloc(void *ctx, size_t count, size_t size) noexcept nogil:
+    return fq_block_calloc(count, size)
+
+
+cdef void *_block_realloc(void *ctx, void *block, size_t size) noexcept nogil:
+    return fq_block_realloc(block, size)
+
+
+cdef void _block_free(void *ctx, void *block, size_t size) noexcept nogil:
+    fq_block_free(block)  # the block knows its own size
+
+
+cdef PyDataMem_Handler _block_handler
+strcpy(_block_handler.name, b"fqcore_block_cache")
+_block_handler.version = 1
+_block_handler.allocator.ctx = NULL
+_block_handler.allocator.malloc = _block_malloc
+_block_handler.allocator.calloc = _block_calloc
+_block_handler.allocator.realloc = _block_realloc
+_block_handler.allocator.free = _block_free
+# Lives as long as the module: arrays made with it keep a reference to free their memory.
+_BLOCK_HANDLER = PyCapsule_New(&_block_handler, "mem_handler", NULL)
+
+
+def begin_block_round():
+    """Has numpy take the memory of the arrays this context makes from the block cache; returns the
+    handler in force before, for end_block_round."""
+    return PyDataMem_SetHandler(_BLOCK_HANDLER)
+
+
+def end_block_round(previous):
+    """Puts `previous` (begin_block_round's result) back, then ends the cache's round."""
+    PyDataMem_SetHandler(previous)
+    fq_block_cache_end_round()
+
+
+def release_blocks():
+    fq_block_cache_release()
+
+
+def block_cache_stats():
+    cdef fq_block_cache_stats stats
+    fq_block_cache_get_stats(&stats)
+    return {"cached_bytes": stats.cached_bytes, "cached_blocks": stats.cached_blocks,
+            "hits": stats.hits, "misses": stats.misses}
 
 
 # Fake quantization. Each binding takes the arguments of its fqcore.ops function as they come and

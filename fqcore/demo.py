@@ -17,7 +17,6 @@ from . import quantize
 from .atomic_file import write_atomically
 from .datasets import load_digits
 from .deploy import cli
-from .malloc import keep_freed_memory
 
 CLASSES = 10
 
@@ -430,7 +429,6 @@ def main(argv=None):
     if not args.quant_delay_epochs <= args.epochs:
         parser.error(f"--quant-delay-epochs must be in [0, {args.epochs}], got {args.quant_delay_epochs}")
     _output_directory(parser, args.out)
-    keep_freed_memory()
     data = load_digits()
     print(f"fqcore demo: quantization-aware training on {len(data.x_train)} 8x8 digits "
           f"({len(data.x_test)} held out), "

@@ -7,10 +7,11 @@ _M_MMAP_MAX = -4
 
 
 def keep_freed_memory():
-    """Has glibc keep freed memory for reuse instead of returning it to the OS. A training step
-    allocates and frees the same arrays every time; with glibc's default policy many of them come
-    back as fresh pages, a page fault each (the demo's step: 28-33 ms -> 24 ms on this VM). Returns
-    a sentence saying which policy is in force."""
+    """Has glibc keep freed memory for reuse instead of returning it to the OS. A numpy training
+    loop allocates and frees the same arrays every time; with glibc's default policy many of them
+    come back as fresh pages, a page fault each. Session.run needs none of it (its arrays come from
+    fqcore's block cache); a loop of fqcore.ops calls does. Returns a sentence saying which policy
+    is in force."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt

@@ -1,7 +1,8 @@
 """Builds and runs the C test binaries of tests/c (fake quantization: test_kernels; batch norm:
 test_batch_norm; range observer: test_range; thread pool and CPU budget: test_threads; convolution helpers:
 test_conv; per-channel chains: test_channel; matrix product: test_matmul; pow and the momentum
-update: test_elementwise): natively, under ASan + UBSan, and for aarch64 (NEON) under qemu-user."""
+update: test_elementwise; memory blocks for arrays: test_block_cache): natively, under ASan + UBSan, and
+for aarch64 (NEON) under qemu-user."""
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # One binary per family; `make native` (aarch64, sanitized) builds all of them.
 BINARIES = ["test_kernels", "test_batch_norm", "test_range", "test_threads", "test_conv",
-            "test_channel", "test_matmul", "test_elementwise"]
+            "test_channel", "test_matmul", "test_elementwise", "test_block_cache"]
 
 
 def _missing(*tools):
@@ -75,14 +76,14 @@ def test_native_kernels_under_address_and_undefined_behavior_sanitizers(binary):
                                  os.path.join("build", binary + "_sanitized")])
 
 
-THREADSAN_BINARIES = ["test_threads", "test_range", "test_conv", "test_matmul"]
+THREADSAN_BINARIES = ["test_threads", "test_range", "test_conv", "test_matmul", "test_block_cache"]
 
 
 @pytest.mark.parametrize("binary", THREADSAN_BINARIES)
 def test_thread_pool_has_no_data_race_under_thread_sanitizer(binary):
     """The pool's handover of calls between threads, and the range walk's, the convolution
-    helpers' and the matrix product's sharing of work over it, under ThreadSanitizer: any data
-    race aborts the run."""
+    helpers' and the matrix product's sharing of work over it, and concurrent callers of the
+    memory blocks, under ThreadSanitizer: any data race aborts the run."""
     missing = _missing("make", "gcc")
     if missing:
         pytest.skip(f"the ThreadSanitizer harness needs {', '.join(missing)} on PATH")

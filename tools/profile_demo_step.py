@@ -50,8 +50,6 @@ def prepared_step(batch):
     """(the demo's graph, a function running training step k), after ten untimed steps."""
     from fqcore import demo
     from fqcore.datasets import load_digits
-    from fqcore.malloc import keep_freed_memory
-    keep_freed_memory()
     data = load_digits()
     g, session, images, labels, _, loss, train_op, updates, _ = demo.training_setup(
         learning_rate=0.01)

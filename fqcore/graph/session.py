@@ -12,6 +12,7 @@ from itertools import repeat
 
 import numpy as np
 
+from .. import _kernels
 from . import fusion, reverse_code, step_runs
 from .core import Operation, Tensor
 from .op_defs.control import DEAD
@@ -170,8 +171,12 @@ class Session:
             feeds[tensor] = _feed_value(tensor, value)
         plan = self._plan(elements, feeds)
         run = _Run(self, plan, feeds, update_state)
-        with self._threads.applied():
-            run.execute()
+        previous_handler = _kernels.begin_block_round()
+        try:
+            with self._threads.applied():
+                run.execute()
+        finally:
+            _kernels.end_block_round(previous_handler)
         results = []
         for element in elements:
             if isinstance(element, Operation):

@@ -374,6 +374,27 @@ fq_status fq_f32_filter_scaling_grad(const float *const *filters, const float *c
                                      size_t k, size_t rows, size_t columns, const float *g,
                                      float *df0, float *const *dvectors);
 
+/* --- Memory blocks for arrays (common/block_cache.c). ---
+   malloc, calloc, realloc and free for arrays that a loop makes and frees again and again (a
+   training step): a freed block of 16 KiB or more is kept for the next request of its size (sizes
+   rounded up to 64 bytes), up to 1 GiB in all, where the system would take it back and return it
+   as fresh pages, a page fault each. Blocks of 16 KiB and more are 64-byte aligned. Thread-safe;
+   a block is freed with fq_block_free only. */
+void *fq_block_alloc(size_t size);
+void *fq_block_calloc(size_t count, size_t size);
+void *fq_block_realloc(void *block, size_t size);
+void fq_block_free(void *block);
+/* Ends a round of use (one training step): the blocks of every size neither taken nor freed in
+   the last four rounds are given back to the system. */
+void fq_block_cache_end_round(void);
+/* Gives every kept block back to the system. */
+void fq_block_cache_release(void);
+typedef struct {
+    size_t cached_bytes, cached_blocks;  /* kept now */
+    unsigned long long hits, misses;     /* requests of 16 KiB or more: served from kept blocks or not */
+} fq_block_cache_stats;
+void fq_block_cache_get_stats(fq_block_cache_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif
