@@ -177,5 +177,5 @@ cdef extern from "fqcore.h" nogil:
     void *fq_block_realloc(void *block, size_t size)
     void fq_block_free(void *block)
     void fq_block_cache_end_round()
-    void fq_block_cache_release()
+    size_t fq_block_cache_release()
     void fq_block_cache_get_stats(fq_block_cache_stats *stats)

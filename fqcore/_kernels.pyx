@@ -147,7 +147,7 @@ def end_block_round(previous):
 
 
 def release_blocks():
-    fq_block_cache_release()
+    return fq_block_cache_release()
 
 
 def block_cache_stats():

@@ -14,7 +14,7 @@ from .graph_copy import copy_graph
 from .graph_json import (graph_from_json, graph_to_json, read_graph_json,
                          write_graph_json)
 from .optimizers import AdamOptimizer, GradientDescentOptimizer, MomentumOptimizer
-from .session import Session
+from .session import Session, release_cached_memory
 from .variables import (Variable, find_variable, global_variables, global_variables_initializer,
                         trainable_variables, variable, variables_initializer)
 
@@ -31,5 +31,5 @@ __all__ = [
     "placeholder", "reduce_max", "reduce_mean", "reduce_min", "reduce_sum", "relu", "relu6",
     "reshape", "rsqrt", "sigmoid", "softmax", "sparse_softmax_cross_entropy_with_logits",
     "subtract", "tanh", "copy_graph", "graph_to_json", "graph_from_json", "write_graph_json",
-    "read_graph_json",
+    "read_graph_json", "release_cached_memory",
 ]

@@ -157,11 +157,11 @@ void *fq_block_realloc(void *block, size_t size) {
     return moved;
 }
 
-/* Frees the blocks of the buckets `stale` picks, then puts the others back where a lookup finds
+/* Frees the blocks of every bucket (`all`) or of the stale ones, then puts the others back where a lookup finds
    them (an emptied slot would cut a probe sequence short). Called with the lock held. */
-static void drop_buckets(int all) {
+static size_t drop_buckets(int all) {
     bucket kept[BUCKETS];
-    size_t n_kept = 0;
+    size_t n_kept = 0, dropped = 0;
     for (size_t i = 0; i < BUCKETS; ++i) {
         bucket *b = &buckets[i];
         if (b->size == 0) continue;
@@ -171,6 +171,7 @@ static void drop_buckets(int all) {
                 free(block_base(block));
                 block = next;
             }
+            dropped += b->count * b->size;
             cached_bytes -= b->count * b->size;
             cached_blocks -= b->count;
         } else {
@@ -179,6 +180,7 @@ static void drop_buckets(int all) {
         b->size = 0;
     }
     for (size_t k = 0; k < n_kept; ++k) *find_bucket(kept[k].size, 1) = kept[k];
+    return dropped;
 }
 
 void fq_block_cache_end_round(void) {
@@ -191,10 +193,11 @@ void fq_block_cache_end_round(void) {
     unlock();
 }
 
-void fq_block_cache_release(void) {
+size_t fq_block_cache_release(void) {
     lock();
-    drop_buckets(1);
+    const size_t released = drop_buckets(1);
     unlock();
+    return released;
 }
 
 void fq_block_cache_get_stats(fq_block_cache_stats *stats) {

@@ -387,8 +387,8 @@ void fq_block_free(void *block);
 /* Ends a round of use (one training step): the blocks of every size neither taken nor freed in
    the last four rounds are given back to the system. */
 void fq_block_cache_end_round(void);
-/* Gives every kept block back to the system. */
-void fq_block_cache_release(void);
+/* Gives every kept block back to the system; returns their bytes. */
+size_t fq_block_cache_release(void);
 typedef struct {
     size_t cached_bytes, cached_blocks;  /* kept now */
     unsigned long long hits, misses;     /* requests of 16 KiB or more: served from kept blocks or not */

@@ -78,7 +78,9 @@ static void test_reuse(void) {
     fq_block_free(c);
     fq_block_free(d);
     expect(stats().cached_blocks == 2, "%zu blocks kept, not 2", stats().cached_blocks);
-    fq_block_cache_release();
+    const size_t released = fq_block_cache_release();
+    expect(released == 100032 + 100096, "release gave back %zu bytes, not %zu", released,
+           (size_t)(100032 + 100096));
     expect(stats().cached_bytes == 0 && stats().cached_blocks == 0, "release kept %zu bytes",
            stats().cached_bytes);
 }
