@@ -238,7 +238,10 @@ extension = Extension(
     sources=["fqcore/_kernels.pyx"] + [os.path.join(SRC, s) for s in COMMON_SOURCES],
     # numpy's C API: the fake-quant bindings read array headers directly (a call costs ~1 us).
     include_dirs=[os.path.join(SRC, "include"), SRC, numpy.get_include()],
-    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    # NPY_TARGET_VERSION: numpy 2.0, the oldest the package runs on. numpy's headers otherwise
+    # target an older API (numpy 2.0's: 1.19), which lacks the allocator hook (PyDataMem_SetHandler).
+    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
+                   ("NPY_TARGET_VERSION", "NPY_2_0_API_VERSION")],
     # Headers hold kernel code too (inline element functions, tuning constants): a change rebuilds.
     depends=sorted(glob.glob(os.path.join(SRC, "**", "*.h"), recursive=True)),
 )
