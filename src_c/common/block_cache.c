@@ -1,8 +1,8 @@
 /* Memory blocks for arrays, with freed large blocks kept for the next allocation of their size. A
    training step makes and frees the same arrays every time; glibc hands large freed blocks back to
    the system, and each comes back as fresh pages, a page fault per 4 KiB (the demo's step, AMD Zen
-   4: 7.6-9.3 ms against 5.0 with the pages kept). fqcore's Session.run has numpy take the memory
-   of the arrays it makes from here (NEP 49's handler, in _kernels.pyx). */
+   4: 9.8-13.5 ms without these blocks, 5.1-7.1 ms with them). fqcore's Session.run has numpy take
+   the memory of the arrays it makes from here (NEP 49's handler, in _kernels.pyx). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -93,7 +93,8 @@ static void *new_block(size_t size) {
 /* Rounded as the buckets hold it; SIZE_MAX where rounding would overflow (new_block refuses it). */
 static size_t rounded(size_t size) {
     if (size < LARGE_MIN) return size;
-    return size > SIZE_MAX - (LARGE_GRAIN - 1) ? SIZE_MAX : (size + LARGE_GRAIN - 1) / LARGE_GRAIN * LARGE_GRAIN;
+    if (size > SIZE_MAX - (LARGE_GRAIN - 1)) return SIZE_MAX;
+    return (size + LARGE_GRAIN - 1) / LARGE_GRAIN * LARGE_GRAIN;
 }
 
 void *fq_block_alloc(size_t size) {
@@ -157,15 +158,21 @@ void *fq_block_realloc(void *block, size_t size) {
     return moved;
 }
 
-/* Frees the blocks of every bucket (`all`) or of the stale ones, then puts the others back where a lookup finds
-   them (an emptied slot would cut a probe sequence short). Called with the lock held. */
+/* A bucket in use whose size no request took or freed in the last STALE_ROUNDS rounds. */
+static int is_stale(const bucket *b) {
+    return b->size != 0 && round_now - b->last_round >= STALE_ROUNDS;
+}
+
+/* Frees the blocks of every bucket (`all`) or of the stale ones, then puts the others back where a
+   lookup finds them (an emptied slot would cut a probe sequence short). Called with the lock held;
+   returns the bytes freed. */
 static size_t drop_buckets(int all) {
     bucket kept[BUCKETS];
     size_t n_kept = 0, dropped = 0;
     for (size_t i = 0; i < BUCKETS; ++i) {
         bucket *b = &buckets[i];
         if (b->size == 0) continue;
-        if (all || round_now - b->last_round >= STALE_ROUNDS) {
+        if (all || is_stale(b)) {
             for (void *block = b->head; block != NULL;) {
                 void *next = *(void **)block;
                 free(block_base(block));
@@ -186,9 +193,8 @@ static size_t drop_buckets(int all) {
 void fq_block_cache_end_round(void) {
     lock();
     round_now++;
-    int any_stale = 0;
-    for (size_t i = 0; i < BUCKETS; ++i)
-        any_stale |= buckets[i].size != 0 && round_now - buckets[i].last_round >= STALE_ROUNDS;
+    int any_stale = 0; /* most rounds have none: then the table is not rebuilt */
+    for (size_t i = 0; i < BUCKETS; ++i) any_stale |= is_stale(&buckets[i]);
     if (any_stale) drop_buckets(0);
     unlock();
 }
