@@ -91,7 +91,8 @@ def free_cpus():
 
 
 # Array memory: numpy's allocator hook (NEP 49) over fq_block_*, which keeps freed large blocks for
-# the next array of their size. Session.run installs it for the arrays a run makes.
+# the next array of their size. Session.run and fqcore.cached_memory install it for the arrays
+# they make.
 cdef extern from "numpy/arrayobject.h":
     ctypedef struct PyDataMemAllocator:
         void *ctx
@@ -141,9 +142,13 @@ def begin_block_round():
 
 
 def end_block_round(previous):
-    """Puts `previous` (begin_block_round's result) back, then ends the cache's round."""
+    """Puts `previous` (begin_block_round's result) back, then ends the cache's round, unless
+    `previous` is the block cache itself: a region inside another (a Session.run inside
+    fqcore.cached_memory) is part of the outer one's round, so that the sizes only the outer
+    region uses do not age once per inner region."""
     PyDataMem_SetHandler(previous)
-    fq_block_cache_end_round()
+    if previous is not _BLOCK_HANDLER:
+        fq_block_cache_end_round()
 
 
 def release_blocks():

@@ -1,4 +1,5 @@
 """fqcore.graph: a small TF1-style dataflow graph, its training engine and layer builders."""
+from ..array_memory import release_cached_memory
 from . import build, checkpoint, layers, optimizers
 from .build import (add, avg_pool, bias_add, cast, cond, constant, conv2d, depthwise_conv2d,
                     divide, fake_quant_with_min_max_args, fake_quant_with_min_max_vars,
@@ -14,7 +15,7 @@ from .graph_copy import copy_graph
 from .graph_json import (graph_from_json, graph_to_json, read_graph_json,
                          write_graph_json)
 from .optimizers import AdamOptimizer, GradientDescentOptimizer, MomentumOptimizer
-from .session import Session, release_cached_memory
+from .session import Session
 from .variables import (Variable, find_variable, global_variables, global_variables_initializer,
                         trainable_variables, variable, variables_initializer)
 

@@ -12,7 +12,7 @@ from itertools import repeat
 
 import numpy as np
 
-from .. import _kernels
+from ..array_memory import cached_memory
 from . import fusion, reverse_code, step_runs
 from .core import Operation, Tensor
 from .op_defs.control import DEAD
@@ -171,12 +171,8 @@ class Session:
             feeds[tensor] = _feed_value(tensor, value)
         plan = self._plan(elements, feeds)
         run = _Run(self, plan, feeds, update_state)
-        previous_handler = _kernels.begin_block_round()
-        try:
-            with self._threads.applied():
-                run.execute()
-        finally:
-            _kernels.end_block_round(previous_handler)
+        with cached_memory(), self._threads.applied():
+            run.execute()
         results = []
         for element in elements:
             if isinstance(element, Operation):
@@ -200,28 +196,6 @@ class Session:
                 self._plans.clear()
             plan = self._plans[key] = _Plan(self.graph, elements, feeds)
         return plan
-
-
-def release_cached_memory() -> int:
-    """Gives back to the system the memory that training steps keep for the next ones.
-
-    The arrays a :meth:`Session.run` makes take their memory from fqcore's block cache: a freed
-    block of 16 KiB or more is kept for the next array of its size (the next step's), up to 1 GiB
-    in all, and a size no run has used for four runs goes back by itself. Call this when training
-    is over and the memory is wanted elsewhere; later runs simply start the cache again.
-
-    Returns
-    -------
-    int
-        The bytes given back.
-
-    Examples
-    --------
-    >>> import fqcore.graph as G
-    >>> G.release_cached_memory() >= 0
-    True
-    """
-    return _kernels.release_blocks()
 
 
 class _Plan:

@@ -1,0 +1,92 @@
+"""A training loop of fqcore.ops calls, with and without fqcore.cached_memory: ms per step and page
+faults per step (each a process of its own, as glibc's policy is process-wide).
+
+Usage:  python benchmarks/ops_loop_memory.py [--repeats 3]
+
+A step is what a numpy QAT loop does in three conv layers' worth of activations (NHWC, batch 32:
+28x28x32, 14x14x64, 7x7x128): batch norm in training mode, a Vars fake quant of its output, then
+the fake quant's and the batch norm's gradients. Each variant runs in a fresh process, alternating
+(default, cached, default, ...): 5 untimed steps, then 10 timings of 20 steps, of which the best and
+the median are printed, with the minor page faults of the 200 steps.
+
+  default  glibc's default policy: large freed arrays go back to the system, each coming back as
+           fresh pages
+  cached   each step inside `with fqcore.cached_memory():`
+  glibc    fqcore.malloc.keep_freed_memory() (glibc keeps freed memory, for the whole process)"""
+import argparse
+import contextlib
+import os
+import resource
+import subprocess
+import sys
+import time
+
+try:
+    from .machine import cpu_model
+except ImportError:  # run as a script
+    from machine import cpu_model
+
+VARIANTS = ("default", "cached", "glibc")
+SHAPES = ((32, 28, 28, 32), (32, 14, 14, 64), (32, 7, 7, 128))
+
+
+def run_variant(variant):
+    """Times the loop in this process; prints one line: variant, best, median, faults per step."""
+    import numpy as np
+
+    import fqcore
+    from fqcore.malloc import keep_freed_memory
+    if variant == "glibc":
+        keep_freed_memory()
+    region = fqcore.cached_memory if variant == "cached" else contextlib.nullcontext
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(shape, dtype=np.float32) for shape in SHAPES]
+    scales = [np.ones(shape[-1], np.float32) for shape in SHAPES]
+    offsets = [np.zeros(shape[-1], np.float32) for shape in SHAPES]
+    low, high = np.float32(-6.0), np.float32(6.0)
+
+    def step():
+        with region():
+            for x, scale, offset in zip(xs, scales, offsets):
+                bn = fqcore.fused_batch_norm(x, scale, offset)
+                q = fqcore.fake_quant_with_min_max_vars(bn.y, low, high)
+                dy, _, _ = fqcore.fake_quant_with_min_max_vars_gradient(q, bn.y, low, high)
+                fqcore.fused_batch_norm_grad(dy, x, scale, bn.reserve_space_1, bn.reserve_space_2,
+                                             bn.reserve_space_3)
+
+    for _ in range(5):
+        step()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    times = []
+    for _ in range(10):
+        start = time.perf_counter()
+        for _ in range(20):
+            step()
+        times.append((time.perf_counter() - start) / 20 * 1e3)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    times.sort()
+    print(f"{variant} {times[0]:.2f} {times[len(times) // 2]:.2f} {faults / 200:.0f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3, help="processes per variant")
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # a child's
+    args = parser.parse_args()
+    if args.variant:
+        run_variant(args.variant)
+        return
+    print(f"CPU: {cpu_model()}, "
+          f"1-minute load average {os.getloadavg()[0]:.2f}")
+    print("| variant | best ms/step | median ms/step | page faults/step |")
+    print("|---|---|---|---|")
+    for _ in range(args.repeats):
+        for variant in VARIANTS:
+            line = subprocess.run([sys.executable, os.path.abspath(__file__), "--variant", variant],
+                                  check=True, capture_output=True, text=True).stdout.split()
+            print(f"| {line[0]} | {line[1]} | {line[2]} | {line[3]} |")
+
+
+if __name__ == "__main__":
+    main()
