@@ -15,12 +15,13 @@ class cached_memory:
     """A region whose new numpy arrays take their memory from fqcore's block cache.
 
     Inside the region, numpy (every array made there, by fqcore or by anything else) allocates from
-    the cache: a freed block of 16 KiB or more is kept for the next array of its size, up to 1 GiB
-    in all, instead of going back to the system. Wrap each training step of a loop of
-    :mod:`fqcore` calls in one, and the step reuses the blocks of the step before. Each region
-    ends a round of the cache: a size that no region has used for four rounds goes back by
-    itself, and :func:`release_cached_memory` gives everything back. A region inside another
-    (a ``Session.run`` inside one, say) belongs to the outer one's round.
+    the cache: a freed block of 16 KiB or more is kept for the next array of its size (or of a
+    size down to a quarter of it while it is among the 16 blocks freed last, still in the CPU's
+    caches), up to 1 GiB in all, instead of going back to the system. Wrap each training step of a
+    loop of :mod:`fqcore` calls in one, and the step reuses the blocks of the step before. Each
+    region ends a round of the cache: a size that no region has used for four rounds goes back by
+    itself, and :func:`release_cached_memory` gives everything back. A region inside another (a
+    ``Session.run`` inside one, say) belongs to the outer one's round.
 
     The region applies to the thread (the context) that enters it; arrays made inside may live
     on outside it, and free their memory to the cache whenever they go. Numpy's allocator is put

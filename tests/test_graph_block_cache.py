@@ -30,6 +30,7 @@ def test_training_steps_reuse_the_blocks_of_the_step_before():
     session = G.Session(g)
     session.run(init)
     batch = np.random.default_rng(0).standard_normal((64, 512)).astype(F32)
+    G.release_cached_memory()  # blocks other tests left could serve the first steps' arrays
     for _ in range(3):  # the plan's first runs, then a step whose freed blocks the next ones find
         session.run([train_op, loss], {x: batch})
     before = _kernels.block_cache_stats()

@@ -1,6 +1,6 @@
 /* C test harness, memory blocks (common/block_cache.c): contents, alignment and sizes of every
-   call, reuse of freed large blocks, rounds that give stale sizes back, the 1 GiB bound, requests
-   too large to exist, concurrent callers and fork. */
+   call, reuse of freed large blocks (the recent ones across sizes), rounds that give stale sizes
+   back, the 1 GiB bound, requests too large to exist, concurrent callers and fork. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -83,6 +83,50 @@ static void test_reuse(void) {
            (size_t)(100032 + 100096));
     expect(stats().cached_bytes == 0 && stats().cached_blocks == 0, "release kept %zu bytes",
            stats().cached_bytes);
+}
+
+/* A request takes the newest recently freed block that holds it and is at most 4 times its size,
+   before its own size's block; not a block larger than that, nor one in use, nor one given back. */
+static void test_recent_blocks(void) {
+    fq_block_cache_release();
+    const fq_block_cache_stats before = stats();
+    unsigned char *own = fq_block_alloc(LARGE * 2), *larger = fq_block_alloc(LARGE * 8);
+    fq_block_free(own);
+    fq_block_free(larger); /* the newest */
+    unsigned char *a = fq_block_alloc(LARGE * 2);
+    expect(a == larger, "the newest freed block, 4 times the size, did not serve the request");
+    if (a == larger) fill(a, LARGE * 8, 11); /* the whole block is the caller's */
+    unsigned char *b = fq_block_alloc(LARGE * 2);
+    expect(b == own, "the request's own size did not serve it once the newer block was taken");
+    unsigned char *c = fq_block_alloc(LARGE * 2);
+    expect(c != a && c != b, "a block in use was handed out again");
+    expect(stats().hits == before.hits + 2 && stats().misses == before.misses + 3,
+           "hits %llu and misses %llu, not %llu and %llu", stats().hits, stats().misses,
+           before.hits + 2, before.misses + 3);
+    fq_block_free(c);
+    fq_block_free(b);
+    fq_block_free(a);
+    unsigned char *too_large = fq_block_alloc(LARGE * 8 + 64); /* freed a's block: more than 4 times */
+    unsigned char *d = fq_block_alloc(LARGE * 2 - 64);
+    expect(d != a, "a block more than 4 times the request served it");
+    expect(d == b, "the newest block of 2 to 4 times the request did not serve it");
+    fq_block_free(d);
+    fq_block_free(too_large);
+    /* Blocks given back leave the recent ones too: this request gets fresh memory (ASan would see
+       a write to freed memory otherwise). */
+    fq_block_cache_release();
+    unsigned char *e = fq_block_alloc(LARGE * 2);
+    fill(e, LARGE * 2, 13);
+    expect(holds(e, LARGE * 2, 13), "a block after release lost what was written");
+    fq_block_free(e);
+    void *idle = fq_block_alloc(LARGE * 3);
+    fq_block_free(idle);
+    for (int round = 0; round < 4; ++round) fq_block_cache_end_round(); /* idle's size goes back */
+    unsigned char *f = fq_block_alloc(LARGE * 3);
+    fill(f, LARGE * 3, 17);
+    expect(holds(f, LARGE * 3, 17), "a block after a stale size went back lost what was written");
+    fq_block_free(f);
+    fq_block_cache_release();
 }
 
 /* realloc keeps the contents up to the smaller size, across the large-block limit both ways. */
@@ -225,6 +269,7 @@ static void test_fork(void) {
 int main(void) {
     static const harness_section sections[] = {
         {"sizes", test_sizes},         {"reuse", test_reuse},
+        {"recent blocks", test_recent_blocks},
         {"realloc", test_realloc},     {"rounds", test_rounds},
         {"1 GiB bound", test_bound},   {"requests too large", test_too_large},
         {"concurrent callers", test_concurrent}, {"fork", test_fork},
