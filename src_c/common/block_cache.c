@@ -33,7 +33,8 @@
    size with blocks of its own, last touched a step before) otherwise reads its arrays from DRAM.
    A loop of fqcore calls on three layers' activations (benchmarks/ops_loop_memory.py, AMD Zen 4,
    median ms per step, three processes alternating): own size only 1.70-2.23, with the recent
-   blocks 1.14-1.30, glibc keeping freed memory 1.13-1.71 (2 times the size at most: 1.56-1.76).
+   blocks 1.14-1.30, glibc keeping freed memory 1.13-1.71 (the last 8 blocks, 2 times the size at
+   most: 1.56-1.76).
    The demo's and MobileNet-v2's training steps measured the same either way. */
 #define RECENT_BLOCKS 16
 #define RECENT_MAX_RATIO 4
@@ -152,7 +153,8 @@ static void *take_recent(size_t size) {
         void *block = recent[(recent_next + RECENT_BLOCKS - k) % RECENT_BLOCKS];
         if (block == NULL) continue;
         const size_t held = block_size(block);
-        if (held >= size && held / RECENT_MAX_RATIO <= size) return take_block(find_bucket(held, 0), block);
+        if (held >= size && held / RECENT_MAX_RATIO <= size)
+            return take_block(find_bucket(held, 0), block);
     }
     return NULL;
 }
