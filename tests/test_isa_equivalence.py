@@ -108,6 +108,30 @@ def test_per_channel_gradient_with_a_few_percent_clipped(isa, channels, sd):
                 assert_same_bits(np.asarray(a), np.asarray(e))
 
 
+@pytest.mark.parametrize("channels", [48, 128, 256, 1000, 1024])
+@pytest.mark.parametrize("where", ["apart", "in place of g", "in place of x"])
+def test_per_channel_gradient_of_calibrated_inputs(isa, channels, where):
+    """With a few in a thousand elements clipped (x ~ N(0, 2) against [-6, 6]: most groups quiet,
+    the skipped sums' case), in calls of 64K elements (walked from the first element) and 256K (from
+    the first 64-byte aligned one), with dx apart from g and x or in place of either, non-finite g
+    and NaN x among the quiet elements: the scalar kernels' bits on 1 and 2 threads."""
+    rng = np.random.default_rng(channels)
+    lim = np.full(channels, 6.0, np.float32)
+    for elements in (1 << 16, 1 << 18):
+        rows = -(-elements // channels)
+        x = placed((rng.standard_normal((rows, channels)) * 2).astype(np.float32), 4)
+        g = placed(rng.standard_normal((rows, channels)).astype(np.float32), 4)
+        x.flat[rng.integers(0, x.size, 3)] = np.nan
+        g.flat[rng.integers(0, g.size, 3)] = rng.choice(SPECIAL[:3], 3)
+        expected = run_on("scalar", lambda: fqcore.fake_quant_with_min_max_vars_per_channel_gradient(g, x, -lim, lim), threads=1)
+        for threads in (1, 2):
+            xs, gs = x.copy(), g.copy()
+            out = {"apart": None, "in place of g": gs, "in place of x": xs}[where]
+            actual = run_on(isa, lambda: fqcore.fake_quant_with_min_max_vars_per_channel_gradient(gs, xs, -lim, lim, out=out), threads=threads)
+            for a, e in zip(actual, expected):
+                assert_same_bits(np.asarray(a), np.asarray(e))
+
+
 @pytest.mark.parametrize("shape", [(3_000_001,), (3000, 1000), (20000, 100), (2, 1_500_000)])
 def test_sums_identical_across_isas_and_threads(shape):
     rng = np.random.default_rng(7)
