@@ -691,10 +691,11 @@ FQ_INLINE void grad_flat_flagged(const float *g, const float *x, float *dx, size
                                   ? (n - i) / FQ_GRID_CHUNK
                                   : FQ_FLAG_VECTORS / FQ_CHUNK_VECTORS;
         uint64_t loud = 0;
-        /* Four vectors a step, all loaded before any dx is stored (as grad_group's callers). */
-        enum { STEP = 4, STEP_CHUNKS = STEP / FQ_CHUNK_VECTORS > 0 ? STEP / FQ_CHUNK_VECTORS : 1 };
+        /* Four vectors a step (whole chunks: a chunk holds 1, 2 or 4), all loaded before any dx is
+           stored (as grad_group's callers). */
+        enum { STEP = 4, STEP_CHUNKS = STEP / FQ_CHUNK_VECTORS };
         size_t c = 0;
-        for (; c + STEP_CHUNKS <= chunks && STEP % FQ_CHUNK_VECTORS == 0; c += STEP_CHUNKS) {
+        for (; c + STEP_CHUNKS <= chunks; c += STEP_CHUNKS) {
             fq_group v;
             const float *grids[STEP];
             const float *step_chunk = chunk;
@@ -736,19 +737,22 @@ FQ_INLINE void grad_flat_flagged(const float *g, const float *x, float *dx, size
     }
 }
 
-/* Whether a walk of whole periods (from position 0, a multiple of 16) whose grids do not fit the
-   registers goes flagged (grad_flat_flagged): dx apart from g and x, and few enough elements
-   clipped that at most a quarter of the vectors hold one. Zen 4 (EPYC, family 25), one thread,
+/* Whether a walk of whole periods (from position 0, a multiple of 16) may go flagged
+   (grad_flat_flagged), before the sample says whether few enough elements are clipped: grids that
+   do not fit the registers, a period the flagged walk serves, dx apart from g and x. */
+FQ_INLINE int may_walk_flagged(size_t period, const float *g, const float *x, const float *dx) {
+    return !in_registers(period) && period <= FQ_FLAGGED_MAX_PERIOD && dx != g && dx != x;
+}
+
+/* Whether a sampled share of clipped elements (clipped_share) is few enough for the flagged walk:
+   at most a quarter of the vectors hold one. Zen 4 (EPYC, family 25), one thread,
    per-channel gradient with 0.27% of x clipped, three runs alternating with the branching walks,
    us (per-channel / per-tensor): AVX-512 [1024, 1024] 223-226 (1.23-1.38) -> 194-198
    (1.19-1.22), [2048, 512] 212-215 (1.36-1.38) -> 182-185 (1.10-1.13); AVX2 [1024, 1024] 231-242
    (1.37-1.43) -> 206-215 (1.22-1.28), [2048, 512] 221-239 -> 204-215. With 4.6% clipped (a third
    to a half of the vectors loud) the prototype of this walk took 506-608 us at [1024, 1024]
    against the branching walks' 360-420, which keep such calls. */
-FQ_INLINE int walks_flagged(float clipped, size_t period, const float *g, const float *x,
-                            const float *dx) {
-    return dx != g && dx != x && period <= FQ_FLAGGED_MAX_PERIOD && clipped * (float)FQ_W <= 0.25f;
-}
+FQ_INLINE int few_clipped(float clipped) { return clipped * (float)FQ_W <= 0.25f; }
 
 /* Whole periods that fit the registers keep their grids there; other calls go row by row, long
    rows two at a time (grad_row_pair). */
@@ -778,9 +782,9 @@ static void FQ_NAME(channel_mask_sums)(const float *g, const float *x, float *dx
     const fq_grid_table grids = *table, *t = &grids; /* a local copy: stores cannot change it */
     const size_t period = t->period;
     const int may_flag = p0 == 0 && p1 == period && period % FQ_GRID_CHUNK == 0 &&
-                         !in_registers(period) && rows * period >= FQ_FLAGGED_MIN_ELEMENTS;
+                         rows * period >= FQ_FLAGGED_MIN_ELEMENTS && may_walk_flagged(period, g, x, dx);
     const float clipped = from_memory || may_flag ? clipped_share(x, rows, period, t, p0, p1) : 0.0f;
-    if (may_flag && walks_flagged(clipped, period, g, x, dx))
+    if (may_flag && few_clipped(clipped))
         grad_flat_flagged(g, x, dx, rows * period, t, acc_min, acc_max);
     else if (from_memory && adds_every_group(clipped, period))
         channel_sums_walk(g, x, dx, rows, t, p0, p1, acc_min, acc_max, 1);
@@ -873,8 +877,10 @@ static void FQ_NAME(channel_mask_sums_aligned)(const float *g, const float *x, f
     grad_partial_chunk(g - FQ_GRID_CHUNK, x - FQ_GRID_CHUNK, dx - FQ_GRID_CHUNK, FQ_GRID_CHUNK - head,
                        FQ_GRID_CHUNK, last, acc_min + period - FQ_GRID_CHUNK, acc_max + period - FQ_GRID_CHUNK);
     /* The sample's rows are whole rotated periods before the last, partial one. */
-    const float clipped = clipped_share(x, rows - 1, period, t, 0, period);
-    if (!in_registers(period) && walks_flagged(clipped, period, g, x, dx))
+    const int may_flag = may_walk_flagged(period, g, x, dx);
+    const float clipped =
+        from_memory || may_flag ? clipped_share(x, rows - 1, period, t, 0, period) : 0.0f;
+    if (may_flag && few_clipped(clipped))
         grad_flat_flagged(g, x, dx, n, t, acc_min, acc_max);
     else if (from_memory && adds_every_group(clipped, period))
         aligned_walk(g, x, dx, n, t, acc_min, acc_max, 1);
