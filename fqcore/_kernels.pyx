@@ -2,6 +2,7 @@
 # Batch norm and range arguments arrive validated and C-contiguous from their Python modules; the
 # fake-quant bindings check their arguments' form themselves (see below).
 cimport numpy as cnp
+import numpy
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.pycapsule cimport PyCapsule_New
 from libc.string cimport strcpy
@@ -187,13 +188,23 @@ cdef inline bint _is_attrs(object num_bits, object narrow_range) noexcept:
             and (narrow_range is True or narrow_range is False))
 
 
+cdef object _NUMPY_FLOAT32 = numpy.float32, _NUMPY_FLOAT64 = numpy.float64
+
+
+cdef inline bint _is_float(object value) noexcept:
+    """A Python float or a numpy float32 or float64 scalar (what a numpy array's min() returns):
+    one double, which C rounds to float32 once."""
+    cdef object kind = type(value)
+    return kind is float or kind is _NUMPY_FLOAT32 or kind is _NUMPY_FLOAT64
+
+
 cdef inline bint _is_range_value(object value) noexcept:
-    """A Vars min or max the kernels take as is: a Python float or a 0-d float32 array."""
-    return type(value) is float or (_is_kernel_array(value) and cnp.PyArray_NDIM(<cnp.ndarray>value) == 0)
+    """A Vars min or max the kernels take as is: a float (_is_float) or a 0-d float32 array."""
+    return _is_float(value) or (_is_kernel_array(value) and cnp.PyArray_NDIM(<cnp.ndarray>value) == 0)
 
 
 cdef inline float _range_value(object value):
-    if type(value) is float:
+    if _is_float(value):
         return <float><double>value
     return (<float *>cnp.PyArray_DATA(<cnp.ndarray>value))[0]
 
@@ -288,7 +299,7 @@ cdef object _forward(forward_kernel kernel, cnp.ndarray x, float lo, float hi, o
 
 def args_forward(inputs, min, max, num_bits, narrow_range, out):
     """The result; False when min >= max (fqcore.ops words TF's message); None: see above."""
-    if not (_is_kernel_array(inputs) and type(min) is float and type(max) is float):
+    if not (_is_kernel_array(inputs) and _is_float(min) and _is_float(max)):
         return None
     return _forward(fq_f32_args, <cnp.ndarray>inputs, <double>min, <double>max, num_bits,
                     narrow_range, out)
@@ -304,7 +315,7 @@ def vars_forward(inputs, min, max, num_bits, narrow_range, out):
 
 def args_grad(gradients, inputs, min, max, num_bits, narrow_range, out):
     """The result; False when min >= max (fqcore.ops words TF's message); None: see above."""
-    if not (_is_gradient_pair(gradients, inputs) and type(min) is float and type(max) is float
+    if not (_is_gradient_pair(gradients, inputs) and _is_float(min) and _is_float(max)
             and _is_attrs(num_bits, narrow_range)):
         return None
     cdef cnp.ndarray g = <cnp.ndarray>gradients, x = <cnp.ndarray>inputs

@@ -78,6 +78,10 @@ _FLOAT32 = np.dtype(np.float32)
 # A named tuple from a plain one without the generated __new__'s argument parsing (~0.1 us less).
 _as_tuple = tuple.__new__
 _SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
+# Scalars that convert to a Python float exactly, as they are: the fast path of a range (a numpy
+# array's min() is a np.float32; the general path costs microseconds a call, more than a small
+# kernel).
+_EXACT_FLOATS = (float, np.float32, np.float64)
 
 
 def _array(value: Any, name: str) -> np.ndarray:
@@ -178,8 +182,8 @@ def _flag(value, name):
 
 def _attr_float(value, name):
     """An Args attr; a Python float goes to C as it is (C rounds it to float32 once)."""
-    if type(value) is float:
-        return value
+    if type(value) in _EXACT_FLOATS:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a float, got {value!r}")
     return _to_float32(value, name)
@@ -217,8 +221,8 @@ def _range_error(min, max):
 def _scalar(value, name):
     """A Vars min/max: a Python real or a 0-d float32 array, as a Python float (C rounds it to
     float32 once)."""
-    if type(value) is float:
-        return value
+    if type(value) in _EXACT_FLOATS:
+        return float(value)
     if type(value) is np.ndarray and value.shape == () and value.dtype == _FLOAT32:
         return float(value)
     if isinstance(value, (list, tuple)):  # a sequence has a rank, as TF's tensor of it has

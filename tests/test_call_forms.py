@@ -130,6 +130,27 @@ def test_vars_range_forms(form):
     assert type(dmin) is np.float32 and type(dmax) is np.float32
 
 
+@pytest.mark.parametrize("scalar", [np.float32, np.float64])
+def test_numpy_float_ranges_take_the_fast_path_with_the_floats_bits(scalar):
+    # What a numpy array's min() returns: the bindings take it as is (the general path costs
+    # microseconds a call), rounded to float32 once as a Python float is.
+    lo, hi = scalar(-5.9), scalar(6.1)
+    same = float(lo), float(hi)
+    calls = {"args_forward": lambda f, a, b: f(X, a, b, 8, False, None),
+             "vars_forward": lambda f, a, b: f(X, a, b, 8, False, None),
+             "args_grad": lambda f, a, b: f(G, X, a, b, 8, False, None),
+             "vars_grad": lambda f, a, b: f(G, X, a, b, 8, False, None)}
+    for name, call in calls.items():
+        binding = getattr(fqcore._kernels, name)
+        result = call(binding, lo, hi)
+        assert result is not None, f"{name} refused {scalar.__name__} ranges"
+        want = call(binding, *same)
+        assert_same(result if isinstance(result, tuple) else (result,),
+                    want if isinstance(want, tuple) else (want,))
+    np.testing.assert_array_equal(fqcore.fake_quant_with_min_max_args(X, lo, hi),
+                                  fqcore.fake_quant_with_min_max_args(X, *same))
+
+
 def test_vars_range_rank_and_args_range_order_reported_from_the_fast_path():
     with pytest.raises(ValueError, match="`max` must be rank 0 but is rank 1"):
         fqcore.fake_quant_with_min_max_vars(X, -6.0, np.array([6.0], np.float32))
