@@ -694,6 +694,34 @@ cdef inline ptrdiff_t _stride(Py_ssize_t stride_bytes, str name) except? -1:
     return stride_bytes // <Py_ssize_t>sizeof(float)
 
 
+cdef inline bint _own_matrix_products() noexcept:
+    cdef fq_isa isa = fq_get_isa()
+    return isa == FQ_ISA_AVX2 or isa == FQ_ISA_AVX512
+
+
+def own_matrix_products():
+    """Whether the graph's float32 products run on fq_f32_matmul: on the AVX2 and AVX-512 paths
+    (fqcore._runtime.own_matrix_products says why)."""
+    return _own_matrix_products()
+
+
+def own_product(a, b):
+    """Whether fq_f32_matmul takes a @ b for the graph (fqcore/graph/nn_numpy.py's _own_product
+    says why): own_matrix_products, a and b native float32 arrays, one of a's strides one
+    element. One call, as the graph asks it of every product."""
+    if not (_own_matrix_products() and cnp.PyArray_Check(a) and cnp.PyArray_Check(b)):
+        return False
+    cdef cnp.ndarray x = <cnp.ndarray>a, y = <cnp.ndarray>b
+    if not (cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32 and cnp.PyArray_ISNOTSWAPPED(x)
+            and cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32 and cnp.PyArray_ISNOTSWAPPED(y)):
+        return False
+    cdef int k
+    for k in range(cnp.PyArray_NDIM(x)):
+        if cnp.PyArray_STRIDES(x)[k] == sizeof(float):
+            return True
+    return False
+
+
 def matmul(const float[:, :] a, const float[:, :] b, float[:, ::1] c, bint continues=False):
     """c = a @ b (fq_f32_matmul): a [m, depth] and b [depth, n] of any strides, c [m, n]; with
     `continues`, c's sums go on from its values (fq_f32_matmul_continue)."""
@@ -727,19 +755,27 @@ def pow(const float[::1] x, const float[::1] y, float[::1] out):
     _check(rc)
 
 
-cdef Py_ssize_t _float32_size(object array, str name) except -1:
-    """The element count of a C-contiguous float32 ndarray (any shape); ValueError otherwise."""
+cdef str _named(str name, Py_ssize_t index):
+    """An operand's name in a message: `name`, or "name index" for one of several (formatted only
+    for the message: a call checks many operands)."""
+    return name if index < 0 else f"{name} {index}"
+
+
+cdef Py_ssize_t _float32_size(object array, str name, Py_ssize_t index=-1) except -1:
+    """The element count of a C-contiguous float32 ndarray (any shape); ValueError otherwise,
+    naming the operand (_named)."""
     if (not isinstance(array, cnp.ndarray) or cnp.PyArray_TYPE(<cnp.ndarray>array) != cnp.NPY_FLOAT32
             or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>array)):
-        raise ValueError(f"{name} must be a C-contiguous float32 array, got "
+        raise ValueError(f"{_named(name, index)} must be a C-contiguous float32 array, got "
                          f"{type(array).__name__} of {getattr(array, 'dtype', None)}")
     return cnp.PyArray_SIZE(<cnp.ndarray>array)
 
 
-cdef const float *_float32_data(object array, str name, Py_ssize_t size) except? NULL:
+cdef const float *_float32_data(object array, str name, Py_ssize_t size,
+                                Py_ssize_t index=-1) except? NULL:
     """The data of a C-contiguous float32 ndarray of `size` elements (any shape); NULL if empty."""
-    if _float32_size(array, name) != size:
-        raise ValueError(f"{name} must have {size} elements, got "
+    if _float32_size(array, name, index) != size:
+        raise ValueError(f"{_named(name, index)} must have {size} elements, got "
                          f"{cnp.PyArray_SIZE(<cnp.ndarray>array)}")
     return <const float *>cnp.PyArray_DATA(<cnp.ndarray>array) if size > 0 else NULL
 
@@ -819,11 +855,11 @@ def clamped_range(x, tuple clamps, tuple bounds):
             _float32_scalar(fq_f32_clamp(extremes[1], high_clamp, high_bound)))
 
 
-cdef float *_float32_out(object array, str name, Py_ssize_t size) except? NULL:
+cdef float *_float32_out(object array, str name, Py_ssize_t size, Py_ssize_t index=-1) except? NULL:
     """_float32_data of an array the kernel writes: it must be writeable."""
-    cdef const float *data = _float32_data(array, name, size)
+    cdef const float *data = _float32_data(array, name, size, index)
     if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>array):
-        raise ValueError(f"{name} must be writeable")
+        raise ValueError(f"{_named(name, index)} must be writeable")
     return <float *>data
 
 
@@ -910,7 +946,8 @@ def vector_program(const int[:, ::1] code, const float[:, ::1] kept, tuple sourc
                    float[:, ::1] registers):
     """Runs a straight-line program over float32 vectors (fq_f32_vector_program) whose registers
     are the rows of `registers` [R, n]. Its sources, in row order: the rows of `kept` [K, n],
-    then each of `sources`, a float32 array of n elements or of one (read as broadcast)."""
+    then each of `sources`, a float32 array of n elements or of one (read as broadcast), or a
+    numpy float32 scalar (a 0-d value as numpy's operations return it; broadcast)."""
     cdef Py_ssize_t n = registers.shape[1], count = kept.shape[0] + len(sources), k, size
     cdef fq_status rc
     if code.shape[1] != 4:
@@ -919,16 +956,23 @@ def vector_program(const int[:, ::1] code, const float[:, ::1] kept, tuple sourc
         raise ValueError(f"kept must have rows of {n} elements (the registers'), got {kept.shape[1]}")
     cdef const float **rows = <const float **>PyMem_Malloc(max(count, 1) * sizeof(float *))
     cdef unsigned char *broadcast = <unsigned char *>PyMem_Malloc(max(count, 1))
-    if rows == NULL or broadcast == NULL:
+    cdef float *scalars = <float *>PyMem_Malloc(max(count, 1) * sizeof(float))
+    if rows == NULL or broadcast == NULL or scalars == NULL:
         PyMem_Free(rows)
         PyMem_Free(broadcast)
+        PyMem_Free(scalars)
         raise MemoryError("no memory for a vector program's rows")
     try:
         for k in range(kept.shape[0]):
             rows[k] = &kept[k, 0] if n > 0 else NULL
             broadcast[k] = 0
         for k, source in enumerate(sources, kept.shape[0]):
-            size = _float32_size(source, f"source {k - kept.shape[0]}")
+            if type(source) is _NUMPY_FLOAT32:
+                scalars[k] = <double>source
+                rows[k] = &scalars[k]
+                broadcast[k] = 1
+                continue
+            size = _float32_size(source, "source", k - kept.shape[0])
             if size != n and size != 1:
                 raise ValueError(f"source {k - kept.shape[0]} must have {n} elements or 1, got {size}")
             rows[k] = <const float *>cnp.PyArray_DATA(<cnp.ndarray>source)
@@ -941,6 +985,7 @@ def vector_program(const int[:, ::1] code, const float[:, ::1] kept, tuple sourc
     finally:
         PyMem_Free(rows)
         PyMem_Free(broadcast)
+        PyMem_Free(scalars)
     _check(rc)
 
 
@@ -963,9 +1008,9 @@ cdef int _scaling_operands(tuple filters, tuple vectors, Py_ssize_t size,
             if columns == 0 or size % columns:
                 raise ValueError(f"the vectors' element count ({columns}) must divide the "
                                  f"filter's ({size})")
-        vector_data[m] = _float32_data(vectors[m], f"vector {m}", columns)
+        vector_data[m] = _float32_data(vectors[m], "vector", columns, m)
         if m < len(filters):
-            filter_data[m] = _float32_data(filters[m], f"filter {m}", size)
+            filter_data[m] = _float32_data(filters[m], "filter", size, m)
     return columns
 
 
@@ -999,7 +1044,7 @@ def filter_scaling_grad(tuple filters, tuple vectors, g, df0, tuple dvectors):
     cdef float *df0_data = NULL if df0 is None else _float32_out(df0, "df0", size)
     for m in range(k):
         dvector_data[m] = (NULL if dvectors[m] is None else
-                           _float32_out(dvectors[m], f"dvector {m}", columns))
+                           _float32_out(dvectors[m], "dvector", columns, m))
     cdef const float *g_data = _float32_data(g, "g", size)
     cdef fq_status rc
     with nogil:

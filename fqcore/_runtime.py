@@ -7,8 +7,6 @@ from typing import Any, Dict, List, Union
 from . import _kernels, blas_threads
 
 _ISA_NAMES = _kernels.ISA_NAMES
-# The ISAs whose matrix product the graph uses for its convolutions (own_matrix_products).
-_OWN_PRODUCT_ISAS = (_ISA_NAMES.index("avx2"), _ISA_NAMES.index("avx512"))
 _BUILD = json.loads(_kernels.BUILD_INFO)
 
 
@@ -214,7 +212,7 @@ def own_matrix_products() -> bool:
     """Whether the graph's float32 convolutions multiply on fqcore's kernel (fq_f32_matmul), not
     numpy's BLAS: on the AVX-512 and AVX2 paths, where the training steps measured faster with
     it (fqcore/graph/nn_numpy.py); the scalar kernel is a reference, and NEON's is not timed."""
-    return _kernels.get_isa() in _OWN_PRODUCT_ISAS
+    return _kernels.own_matrix_products()
 
 
 def config() -> Dict[str, Any]:

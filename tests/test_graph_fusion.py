@@ -725,6 +725,24 @@ def test_vector_programs_refuse_bad_operands():
 
 
 
+def test_vector_programs_take_numpy_float32_scalars():
+    """A 0-d value as numpy's operations return it (a numpy float32 scalar) is a broadcast source,
+    as a one-element array is; a numpy scalar of another type is refused, named."""
+    from fqcore import _kernels
+    from fqcore.graph.vector_program import ADD
+    code = np.array([[ADD, 2, 0, 1]], np.int32)
+    none = np.empty((0, 3), np.float32)
+    x = np.array([1.5, -2.0, 3.25], np.float32)
+    scalar, as_array = np.empty((1, 3), np.float32), np.empty((1, 3), np.float32)
+    _kernels.vector_program(code, none, (x, np.float32(0.75)), scalar)
+    _kernels.vector_program(code, none, (x, np.array([0.75], np.float32)), as_array)
+    np.testing.assert_array_equal(scalar, [[2.25, -1.25, 4.0]])
+    np.testing.assert_array_equal(scalar, as_array)
+    with pytest.raises(ValueError, match="source 1 must be a C-contiguous float32 array, got "
+                                         "float64"):
+        _kernels.vector_program(code, none, (x, np.float64(0.75)), scalar)
+
+
 def test_the_folds_filter_products_are_one_pass_each_way(monkeypatch):
     """Each folded layer's filter times contrib's correction, then times the scale (a depthwise
     layer's vectors reshaped to [C, 1]): one FilterScaling forward and one gradient pass; four

@@ -165,6 +165,21 @@ def test_convolutions_use_the_kernel_on_avx512_and_avx2(isa):
         np.testing.assert_allclose(y, own, rtol=1e-5, atol=1e-5)
 
 
+def test_which_products_the_kernel_takes(isa):
+    """_own_product (a binding): native float32 operands with one of a's strides one element, on
+    the AVX-512 and AVX2 paths; numpy's BLAS takes every other product."""
+    own = isa in ("avx512", "avx2")
+    a = np.ones((6, 4), np.float32)
+    b = np.ones((4, 3), np.float32)
+    assert nn_numpy._own_product(a, b) == own
+    assert nn_numpy._own_product(a.T, b.T) == own  # a transposed: its columns' stride is 4
+    assert not nn_numpy._own_product(np.ones((6, 8), np.float32)[:, ::2], b)  # no unit stride
+    assert not nn_numpy._own_product(a.astype(np.float64), b)
+    assert not nn_numpy._own_product(a, b.astype(">f4"))
+    assert not nn_numpy._own_product(a.tolist(), b)
+    assert fqcore._runtime.own_matrix_products() == own
+
+
 @pytest.mark.parametrize("m,depths,n", [(13, (5, 7), 33), (25, (256, 44), 64), (100, (9, 300, 1), 17),
                                         (4096, (32, 32), 32), (7, (0, 3), 5)])
 def test_a_continued_product_is_the_product_of_the_concatenations(isa, m, depths, n):

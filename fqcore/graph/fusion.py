@@ -1113,7 +1113,6 @@ class VectorProgram(Unit):
         self.program = vector_program.Forward(ops, inputs)
         self.length = vector_program.elements(exits[0])
         self.no_rows = np.empty((0, self.length), FLOAT32)
-        self.scalars = [k for k, t in enumerate(inputs) if len(t.shape) == 0]
         self.exit_places = self._exit_places()
         # (needed, which exits have a gradient) -> _gradient_program(...)
         self.gradients = {}
@@ -1139,17 +1138,15 @@ class VectorProgram(Unit):
         return places
 
     def forward(self, op, inputs, ctx):
-        sources = list(inputs)
-        for k in self.scalars:  # a 0-d value may come as a numpy scalar
-            sources[k] = np.asarray(sources[k])
+        sources = list(inputs)  # a 0-d value may be a numpy scalar: the binding takes it
         program = self.program
         registers = np.empty((program.registers, self.length), FLOAT32)
         sources = _run_program(program.code, self.no_rows, sources, registers)
         if sources is None:
             raise ValueError(f"{self.name}: the inputs must be float32, got "
                              f"{[np.asarray(v).dtype.name for v in inputs]}")
-        values = [np.reshape(sources[row], shape) if in_sources else registers[row].reshape(shape)
-                  for in_sources, row, shape in self.exit_places]
+        values = [np.asarray(sources[row]).reshape(shape) if in_sources else
+                  registers[row].reshape(shape) for in_sources, row, shape in self.exit_places]
         return (*values, registers)
 
     def gradient(self, op, inputs, outputs, grads, needed):
@@ -1160,9 +1157,7 @@ class VectorProgram(Unit):
             planned = self.gradients[needed, given] = self._gradient_program(needed, given)
         program, returned = planned
         if program.possible:
-            sources = list(inputs)
-            for k in self.scalars:  # a 0-d value may come as a numpy scalar
-                sources[k] = np.asarray(sources[k])
+            sources = list(inputs)  # a 0-d value may be a numpy scalar: the binding takes it
             sources.extend(vector_program.CONSTANTS)
             sources.extend(g for g in exit_grads if g is not None)
             registers = np.empty((program.registers, self.length), FLOAT32)
@@ -1170,7 +1165,8 @@ class VectorProgram(Unit):
             if sources is not None:  # else a gradient that is not float32: numpy's types decide
                 result = [None] * len(inputs)
                 for k, in_registers, row, shape in returned:
-                    result[k] = (registers[row] if in_registers else sources[row]).reshape(shape)
+                    result[k] = (registers[row] if in_registers else
+                                 np.asarray(sources[row])).reshape(shape)
                 return result
         return self._op_by_op_gradient(inputs, outputs[-1], exit_grads, needed)
 

@@ -7,7 +7,7 @@ from collections import namedtuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .. import _kernels, _runtime
+from .. import _kernels
 
 _PADDINGS = ("SAME", "VALID")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -253,16 +253,14 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
     return conv2d_planned(x, w, cols, g)
 
 
-def _own_product(a, b):
-    """Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 and AVX2 paths
-    (_runtime.own_matrix_products), with one of a's strides one element (its rows contiguous, or
-    it is such an array transposed), which the kernel reads in place. Inside a Session run, where
-    BLAS then has one thread (run_threads), the kernel took 0.5-1.0x BLAS's time at the benchmark
-    models' products and 0.6-1.4x at their 8-column ones (AMD Zen 5, AVX-512); on the AVX2 path
-    0.76-0.95x the time of two BLAS threads at the same products, and the training steps took
-    0.72-0.78x (demo) and 0.75-0.85x (MobileNet-v2) their time on BLAS."""
-    return (a.dtype == FLOAT32 and b.dtype == FLOAT32 and 4 in a.strides
-            and _runtime.own_matrix_products())
+# Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 and AVX2 paths
+# (_runtime.own_matrix_products), with one of a's strides one element (its rows contiguous, or it is
+# such an array transposed), which the kernel reads in place. Inside a Session run, where BLAS then
+# has one thread (run_threads), the kernel took 0.5-1.0x BLAS's time at the benchmark models'
+# products and 0.6-1.4x at their 8-column ones (AMD Zen 5, AVX-512); on the AVX2 path 0.76-0.95x the
+# time of two BLAS threads at the same products, and the training steps took 0.72-0.78x (demo) and
+# 0.75-0.85x (MobileNet-v2) their time on BLAS. A binding: the graph asks it of every product.
+_own_product = _kernels.own_product
 
 
 def _product(a, b):
