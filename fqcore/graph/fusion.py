@@ -61,6 +61,8 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   variable with fq_f32_momentum, the same bits, where a call per variable cost more than its
   arithmetic."""
 from collections import namedtuple
+from itertools import compress, repeat
+from operator import is_not
 
 import numpy as np
 
@@ -1151,7 +1153,7 @@ class VectorProgram(Unit):
 
     def gradient(self, op, inputs, outputs, grads, needed):
         exit_grads = grads[:len(self.exits)]
-        given = tuple(g is not None for g in exit_grads)
+        given = tuple(map(is_not, exit_grads, repeat(None)))
         planned = self.gradients.get((needed, given))
         if planned is None:
             planned = self.gradients[needed, given] = self._gradient_program(needed, given)
@@ -1159,7 +1161,7 @@ class VectorProgram(Unit):
         if program.possible:
             sources = list(inputs)  # a 0-d value may be a numpy scalar: the binding takes it
             sources.extend(vector_program.CONSTANTS)
-            sources.extend(g for g in exit_grads if g is not None)
+            sources.extend(compress(exit_grads, given))
             registers = np.empty((program.registers, self.length), FLOAT32)
             sources = _run_program(program.code, outputs[-1], sources, registers)
             if sources is not None:  # else a gradient that is not float32: numpy's types decide
@@ -1321,7 +1323,7 @@ class FilterScaling(Unit):
             _kernels.filter_scaling(inputs[0], tuple(inputs[1:]), products)
         except ValueError:  # an operand that is not C-contiguous
             _kernels.filter_scaling(np.ascontiguousarray(inputs[0]),
-                                    tuple(np.ascontiguousarray(v) for v in inputs[1:]), products)
+                                    tuple(map(np.ascontiguousarray, inputs[1:])), products)
         return products[-1].reshape(self.shape), products
 
     def gradient(self, op, inputs, outputs, grads, needed):
@@ -1333,8 +1335,8 @@ class FilterScaling(Unit):
         dvectors = tuple(np.empty(t.shape, FLOAT32) if need else None
                          for t, need in zip(self.inputs[1:], needed[1:]))
         try:
-            _kernels.filter_scaling_grad(tuple(np.ascontiguousarray(f) for f in filters),
-                                         tuple(np.ascontiguousarray(v) for v in inputs[1:]),
+            _kernels.filter_scaling_grad(tuple(map(np.ascontiguousarray, filters)),
+                                         tuple(map(np.ascontiguousarray, inputs[1:])),
                                          g, df0, dvectors)
         except ValueError:  # a gradient that is not a C-contiguous float32 array
             values = dict(zip(self.inputs, inputs))

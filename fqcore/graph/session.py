@@ -189,7 +189,7 @@ class Session:
         return rebuild(results)
 
     def _plan(self, elements, feeds):
-        key = (tuple(id(e) for e in elements), frozenset(id(t) for t in feeds), self.graph._version)
+        key = (tuple(map(id, elements)), frozenset(map(id, feeds)), self.graph._version)
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) > 64:
