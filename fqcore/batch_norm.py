@@ -120,10 +120,6 @@ def _elements(value: Any, name: str) -> Tuple[np.ndarray, int]:
     return _kernel_form(value), code
 
 
-def _bytes(array):
-    return array.reshape(-1).view(np.uint8)
-
-
 def _tf_shape(shape):
     """A shape as TF's error messages print it (TensorShape::DebugString): [2,3,3,4]."""
     return "[" + ",".join(map(str, shape)) + "]"
@@ -135,19 +131,23 @@ def _per_channel(value, name, channels, required=True, when=None):
     condition TF's message for a running statistic opens with ("When is_training=false")."""
     if not required:
         return None
-    words = f"{name} must have the same number of elements as the channels of x, got"
-    if when is not None:
-        words = f"{when}, {words}"
     if value is None:
         if when is None:
             raise ValueError(f"{name} is required: expected {channels} values, one per channel")
         # TF's Python wrapper passes a missing statistic as an empty tensor: 0 elements.
-        raise ValueError(f"{words} 0 and {channels}; {name} is required: expected {channels} "
-                         f"values, one per channel, got None")
+        raise ValueError(f"{_size_words(name, when)} 0 and {channels}; {name} is required: "
+                         f"expected {channels} values, one per channel, got None")
     array = _array(value, name)
     if array.ndim != 1 or array.shape[0] != channels:
-        raise ValueError(f"{words} {array.size if array.ndim == 1 else array.shape} and {channels}")
+        raise ValueError(f"{_size_words(name, when)} "
+                         f"{array.size if array.ndim == 1 else array.shape} and {channels}")
     return _kernel_form(array)
+
+
+def _size_words(name, when):
+    """TF's words for a per-channel value of the wrong size, up to the sizes."""
+    words = f"{name} must have the same number of elements as the channels of x, got"
+    return words if when is None else f"{when}, {words}"
 
 
 def _empty_vector():
@@ -239,16 +239,16 @@ def fused_batch_norm(x: npt.ArrayLike, scale: npt.ArrayLike, offset: npt.ArrayLi
         raise ValueError("normalize=False needs is_training=True: inference returns only y")
     y = np.empty(x.shape, x.dtype) if normalize else None
     if not is_training:
-        _kernels.bn_forward_inference(_bytes(x), code, channels_last, outer, channels, inner, scale,
-                                      offset, mean, variance, epsilon, _bytes(y))
+        _kernels.bn_forward_inference(x, code, channels_last, outer, channels, inner, scale,
+                                      offset, mean, variance, epsilon, y)
         return FusedBatchNormV3(y, np.copy(mean), np.copy(variance), np.copy(mean),
                                 np.copy(variance), np.zeros((), np.float32))
     stats = np.empty((4, channels), np.float32)
-    _kernels.bn_forward_training(_bytes(x), code, channels_last, outer, channels, inner, scale,
+    _kernels.bn_forward_training(x, code, channels_last, outer, channels, inner, scale,
                                  offset, epsilon, factor,
                                  mean if mean is not None else _empty_vector(),
                                  variance if variance is not None else _empty_vector(),
-                                 None if y is None else _bytes(y), stats[0], stats[1], stats[2],
+                                 y, stats[0], stats[1], stats[2],
                                  stats[3])
     return FusedBatchNormV3(y, stats[0], stats[1], stats[2], stats[3], np.zeros((), np.float32))
 
@@ -269,7 +269,7 @@ def nhwc_float32_statistics(x: Any, scale: Any, offset: Any,
                 or vector.shape != (channels,) or not _in_kernel_form(vector)):
             return None
     stats = np.empty((4, channels), np.float32)
-    _kernels.bn_forward_training(_bytes(x), _DTYPE_CODES[_FLOAT32], True, x.shape[0], channels,
+    _kernels.bn_forward_training(x, _DTYPE_CODES[_FLOAT32], True, x.shape[0], channels,
                                  x.shape[1] * x.shape[2], scale, offset, epsilon, 1.0,
                                  _empty_vector(), _empty_vector(), None, stats[0], stats[1],
                                  stats[2], stats[3])
@@ -351,6 +351,6 @@ def fused_batch_norm_grad(y_backprop: npt.ArrayLike, x: npt.ArrayLike, scale: np
     variance = _per_channel(reserve_space_2, "reserve_space_2", channels)
     x_backprop = np.empty(x.shape, x.dtype)
     sums = np.empty((2, channels), np.float32)
-    _kernels.bn_grad(_bytes(y_backprop), _bytes(x), code, channels_last, outer, channels, inner,
-                     scale, mean, variance, epsilon, is_training, _bytes(x_backprop), sums[0], sums[1])
+    _kernels.bn_grad(y_backprop, x, code, channels_last, outer, channels, inner,
+                     scale, mean, variance, epsilon, is_training, x_backprop, sums[0], sums[1])
     return FusedBatchNormGradV3(x_backprop, sums[0], sums[1], _empty_vector(), _empty_vector())

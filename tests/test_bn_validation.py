@@ -161,3 +161,48 @@ def test_normalize_is_checked():
         forward(mean=ones(4), variance=ones(4), is_training=False, normalize=False)
     with pytest.raises((TypeError, ValueError), match="normalize"):
         forward(normalize="no")
+
+
+def test_the_bindings_check_every_array_against_the_shape():
+    """The batch-norm bindings take arrays as they are and check each against the shape they are
+    given: an internal caller's mistake is a ValueError that names the array, never a read or a
+    write past its end."""
+    from fqcore import _kernels
+    x, v, none = np.ones((2, 3), np.float32), np.ones(3, np.float32), np.empty(0, np.float32)
+
+    def forward(x=x, scale=v, mean=none, y=None, saved=None):
+        stats = [np.empty(3, np.float32) for _ in range(3)] + [
+            np.empty(3, np.float32) if saved is None else saved]
+        _kernels.bn_forward_training(x, 0, True, 2, 3, 1, scale, v, 1e-3, 1.0, mean, none, y,
+                                     *stats)
+        return stats
+
+    np.testing.assert_array_equal(forward()[0], [1, 1, 1])  # the running statistics may be empty
+    misaligned = np.frombuffer(bytearray(25), np.float32, 6, 1).reshape(2, 3)
+    read_only = np.zeros(3, np.float32)
+    read_only.setflags(write=False)
+    for call, words in [
+            (lambda: forward(x=np.ones(5, np.float32)), "x must have 6 elements, got 5"),
+            (lambda: forward(x=x.astype(np.float64)), "x must be a C-contiguous, aligned array of "
+                                                      "4-byte elements"),
+            (lambda: forward(x=misaligned), "x must be a C-contiguous, aligned array"),
+            (lambda: forward(x=np.ones((3, 2), np.float32).T), "x must be a C-contiguous"),
+            (lambda: forward(scale=v[:2]), "scale must have 3 elements, got 2"),
+            (lambda: forward(scale=none), "scale must have 3 elements, got 0"),
+            (lambda: forward(scale=v.astype(np.int32)), "scale must be float32"),
+            (lambda: forward(mean=v[:2]), "mean must have 3 elements, got 2"),
+            (lambda: forward(y=np.empty((2, 3), np.float32)[:, :2]), "y must be a C-contiguous"),
+            (lambda: forward(saved=read_only), "saved_variance must be a C-contiguous, aligned, "
+                                               "writeable array"),
+            (lambda: _kernels.bn_grad(x, x, 0, True, 2, 3, 1, v, v, v, 1e-3, True,
+                                      np.empty(7, np.float32), np.empty(3, np.float32),
+                                      np.empty(3, np.float32)),
+             "x_backprop must have 6 elements, got 7"),
+            (lambda: _kernels.bn_forward_inference(x, 0, True, 2, 3, 1, v, v, none, v, 1e-3,
+                                                   np.empty_like(x)),
+             "mean must have 3 elements, got 0"),
+            (lambda: _kernels.bn_forward_inference(x.tolist(), 0, True, 2, 3, 1, v, v, v, v, 1e-3,
+                                                   np.empty_like(x)),
+             "x must be an array, got list")]:
+        with pytest.raises(ValueError, match=words):
+            call()
