@@ -152,11 +152,6 @@ def _ftz(v):
     return v if (v >= _TINY or v <= -_TINY or v == 0 or v != v) else v * _ZERO
 
 
-def _ftz_array(v):
-    tiny = np.abs(v) < _TINY
-    return np.where(tiny, np.copysign(_ZERO, v), v) if tiny.any() else v
-
-
 # Below this magnitude, float32 values can be divided by a ratio in [0.5, 1] and subtracted from one
 # another without overflow, so per-tensor arithmetic skips np.errstate (a microsecond a call).
 _SAFE = 1e38
@@ -353,20 +348,17 @@ class _RangeQuantizer(Quantizer):
     def _observed_range(self, inputs):
         """The batch's range: symmetric about zero, or widened to contain zero. Per tensor: numpy
         float32 scalars; per axis: float32 arrays."""
-        bmin, bmax = batch_range(inputs, per_axis=self._channels)
         r = self._ratio
-        if not self._channels:
-            bmin, bmax = bmin[()], bmax[()]
-            if self._symmetric:
-                return _scalar_min(bmin, _mirror(bmax, r)), _scalar_max(bmax, _ftz(bmin * r))
-            return _scalar_min(bmin, _ZERO), _scalar_max(bmax, _ZERO)
-        if not self._symmetric:
-            return np.where(bmin > _ZERO, _ZERO, bmin), np.where(bmax < _ZERO, _ZERO, bmax)
-        with np.errstate(all="ignore"):
-            mirrored, scaled = bmax / r, bmin * r
-        if r != -1:  # a wide ratio can take a float32 just above FLT_MIN below it
-            scaled = _ftz_array(scaled)
-        return np.where(mirrored < bmin, mirrored, bmin), np.where(scaled > bmax, scaled, bmax)
+        if self._channels and inputs.ndim > 0:
+            lo, hi = np.empty(inputs.shape[-1], _F32), np.empty(inputs.shape[-1], _F32)
+            # A wide ratio can take a float32 just above FLT_MIN below it: flushed (r != -1).
+            _kernels.observed_range(ops._flat(inputs), lo, hi, r, self._symmetric, r != -1)
+            return lo, hi
+        bmin, bmax = batch_range(inputs, per_axis=self._channels)
+        bmin, bmax = bmin[()], bmax[()]
+        if self._symmetric:
+            return _scalar_min(bmin, _mirror(bmax, r)), _scalar_max(bmax, _ftz(bmin * r))
+        return _scalar_min(bmin, _ZERO), _scalar_max(bmax, _ZERO)
 
     def __call__(self, inputs: npt.ArrayLike, training: bool, weights: Mapping,
                  out: Optional[np.ndarray] = None, **kwargs: Any) -> np.ndarray:

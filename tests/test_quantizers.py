@@ -181,6 +181,27 @@ def test_per_axis_ranks(shape, cls, symmetric, narrow_range, isa):
         assert_same_bits(y, ref.per_channel(x, lo, hi, 8, narrow_range))
 
 
+@pytest.mark.parametrize("symmetric,narrow_range", [(False, False), (True, False), (True, True)])
+def test_per_axis_observes_each_channel_as_per_tensor_does(symmetric, narrow_range, isa):
+    """A per-axis range of channel c is the per-tensor range of that channel's values, bit for
+    bit: a -0 minimum or maximum stays -0 (tf.minimum(-0, 0) keeps its first operand), a
+    product below FLT_MIN flushed to a zero of its sign (wide ratios), NaN where a value is."""
+    tiny = np.finfo(F32).tiny
+    columns = [[-0.0, 1.0, 2.0], [0.0, -3.0, -1.0], [tiny * 1.5, 4.0, 1.0], [-tiny * 1.25, 0.0, 0.0],
+               [-tiny, 0.0, 0.0], [-4.0, 5.0, np.nan], [0.0, 0.0, 0.0], [-0.0, -0.0, 0.0],
+               [-0.0, -1.0, -0.0], [-6.5, 1e-3, 2.0]]
+    x = np.array(columns, F32).T.copy()  # [3, channels]: channel c holds columns[c]
+    per_axis = LV(8, True, symmetric, narrow_range)
+    w = per_axis.build(x.shape, "k", None)
+    per_axis(x, True, w)
+    for c, column in enumerate(columns):
+        per_tensor = LV(8, False, symmetric, narrow_range)
+        v = per_tensor.build((3,), "k", None)
+        per_tensor(np.array(column, F32), True, v)
+        assert_same_bits(w["min_var"][c], v["min_var"])
+        assert_same_bits(w["max_var"][c], v["max_var"])
+
+
 def test_all_values_ignores_per_axis(isa):
     """tfmot's AllValues ignores per_axis: one range for the tensor; the config keeps the flag."""
     x = np.arange(-6, 6, dtype=F32).reshape(3, 4)
