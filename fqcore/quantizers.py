@@ -6,7 +6,8 @@ quantizer is always valid and its settings are read-only), ``get_config`` / ``fr
 
 State (the quantization range) lives in float32 numpy arrays held in the ``weights`` dict that
 ``build`` returns; a training call updates them in place. A training call is two passes over the
-input: the fused batch min/max (``fqcore.observe.batch_range``) and one fake-quant pass.
+input: the fused batch min/max with the range's widening (``fqcore._kernels.observed_range``, or
+``fqcore.observe.batch_range`` for AllValues) and one fake-quant pass.
 """
 from __future__ import annotations
 
@@ -130,7 +131,8 @@ def _describe(value):
 # tf.minimum / tf.maximum as TF's scalar kernel computes them: NaN propagates, and of two equal values
 # (+0.0 and -0.0) the first is kept. (TF's 8-lane packets keep the second, so for per-channel state
 # TF's sign of a zero depends on the channel's position; fqcore keeps the scalar rule everywhere.)
-# The array forms rely on batch_range's NaN rule (a NaN channel has NaN min and max) for NaN.
+# The observed range (_kernels.observed_range, per tensor and per channel) and AllValues' arrays
+# rely on batch_range's NaN rule (a NaN channel has NaN min and max) for NaN.
 
 
 def _scalar_min(a, b):
@@ -347,18 +349,16 @@ class _RangeQuantizer(Quantizer):
 
     def _observed_range(self, inputs):
         """The batch's range: symmetric about zero, or widened to contain zero. Per tensor: numpy
-        float32 scalars; per axis: float32 arrays."""
+        float32 scalars; per axis (inputs of rank 1 or more, as _state checked): float32 arrays.
+        Per tensor is one channel: its tf.minimum / tf.maximum keep NaN as the binding's
+        comparisons do, since a NaN batch has NaN for both extremes (observe.batch_range)."""
         r = self._ratio
-        if self._channels and inputs.ndim > 0:
-            lo, hi = np.empty(inputs.shape[-1], _F32), np.empty(inputs.shape[-1], _F32)
-            # A wide ratio can take a float32 just above FLT_MIN below it: flushed (r != -1).
-            _kernels.observed_range(ops._flat(inputs), lo, hi, r, self._symmetric, r != -1)
-            return lo, hi
-        bmin, bmax = batch_range(inputs, per_axis=self._channels)
-        bmin, bmax = bmin[()], bmax[()]
-        if self._symmetric:
-            return _scalar_min(bmin, _mirror(bmax, r)), _scalar_max(bmax, _ftz(bmin * r))
-        return _scalar_min(bmin, _ZERO), _scalar_max(bmax, _ZERO)
+        channels = inputs.shape[-1] if self._channels else 1
+        lo, hi = np.empty(channels, _F32), np.empty(channels, _F32)
+        # A wide ratio can take a float32 just above FLT_MIN below it: flushed (r != -1; with
+        # r = -1 the product is a batch extreme negated, never denormal).
+        _kernels.observed_range(ops._flat(inputs), lo, hi, r, self._symmetric, r != -1)
+        return (lo, hi) if self._channels else (lo[0], hi[0])
 
     def __call__(self, inputs: npt.ArrayLike, training: bool, weights: Mapping,
                  out: Optional[np.ndarray] = None, **kwargs: Any) -> np.ndarray:

@@ -182,10 +182,14 @@ def test_per_axis_ranks(shape, cls, symmetric, narrow_range, isa):
 
 
 @pytest.mark.parametrize("symmetric,narrow_range", [(False, False), (True, False), (True, True)])
-def test_per_axis_observes_each_channel_as_per_tensor_does(symmetric, narrow_range, isa):
-    """A per-axis range of channel c is the per-tensor range of that channel's values, bit for
-    bit: a -0 minimum or maximum stays -0 (tf.minimum(-0, 0) keeps its first operand), a
-    product below FLT_MIN flushed to a zero of its sign (wide ratios), NaN where a value is."""
+def test_observed_ranges_take_tfs_scalar_rules(symmetric, narrow_range, isa):
+    """The range a training call observes (one binding, fqcore._kernels.observed_range), per
+    tensor and per channel, against tf.minimum / tf.maximum on the batch extremes written as
+    scalar rules (fqcore.quantizers' _scalar_min, _scalar_max, _mirror, _ftz: what AllValues
+    still uses): a -0 minimum or maximum stays -0, a product below FLT_MIN is flushed to a zero of
+    its sign (wide ratios), NaN where a value is."""
+    from fqcore.observe import batch_range
+    from fqcore.quantizers import _ftz, _mirror, _scalar_max, _scalar_min
     tiny = np.finfo(F32).tiny
     columns = [[-0.0, 1.0, 2.0], [0.0, -3.0, -1.0], [tiny * 1.5, 4.0, 1.0], [-tiny * 1.25, 0.0, 0.0],
                [-tiny, 0.0, 0.0], [-4.0, 5.0, np.nan], [0.0, 0.0, 0.0], [-0.0, -0.0, 0.0],
@@ -194,12 +198,18 @@ def test_per_axis_observes_each_channel_as_per_tensor_does(symmetric, narrow_ran
     per_axis = LV(8, True, symmetric, narrow_range)
     w = per_axis.build(x.shape, "k", None)
     per_axis(x, True, w)
+    r = per_axis._ratio
     for c, column in enumerate(columns):
+        bmin, bmax = (v[()] for v in batch_range(np.array(column, F32)))
+        if symmetric:
+            want = _scalar_min(bmin, _mirror(bmax, r)), _scalar_max(bmax, _ftz(bmin * r))
+        else:
+            want = _scalar_min(bmin, F32(0)), _scalar_max(bmax, F32(0))
         per_tensor = LV(8, False, symmetric, narrow_range)
         v = per_tensor.build((3,), "k", None)
         per_tensor(np.array(column, F32), True, v)
-        assert_same_bits(w["min_var"][c], v["min_var"])
-        assert_same_bits(w["max_var"][c], v["max_var"])
+        for got in ((w["min_var"][c], w["max_var"][c]), (v["min_var"], v["max_var"])):
+            assert_same_bits(np.array(got, F32), np.array(want, F32))
 
 
 def test_all_values_ignores_per_axis(isa):
