@@ -1,6 +1,7 @@
 # Thin bindings: one C call per function, the GIL released, a status code turned into an exception.
-# Batch norm and range arguments arrive validated and C-contiguous from their Python modules; the
-# fake-quant bindings check their arguments' form themselves (see below).
+# Range arguments arrive validated and C-contiguous from their Python modules; the fake-quant
+# bindings check their arguments' form themselves, and the batch-norm ones each array against the
+# shape they are given (see below).
 cimport cython
 cimport numpy as cnp
 import numpy
@@ -438,9 +439,10 @@ cdef void *_element_data(object array, int dtype, size_t count, str name,
         raise ValueError(f"{name} must be an array, got {type(array).__name__}")
     cdef cnp.ndarray a = <cnp.ndarray>array
     cdef int flags = _ELEMENT_FLAGS | (cnp.NPY_ARRAY_WRITEABLE if written else 0)
-    if (cnp.PyArray_FLAGS(a) & flags) != flags or cnp.PyArray_ITEMSIZE(a) != itemsize:
+    if ((cnp.PyArray_FLAGS(a) & flags) != flags or cnp.PyArray_ITEMSIZE(a) != itemsize
+            or not cnp.PyArray_ISNOTSWAPPED(a)):
         raise ValueError(f"{name} must be a C-contiguous, aligned{', writeable' if written else ''}"
-                         f" array of {itemsize}-byte elements")
+                         f" array of {itemsize}-byte elements in native byte order")
     if <size_t>cnp.PyArray_SIZE(a) != count:
         raise ValueError(f"{name} must have {count} elements, got {cnp.PyArray_SIZE(a)}")
     return cnp.PyArray_DATA(a) if count > 0 else NULL

@@ -190,6 +190,8 @@ def test_the_bindings_check_every_array_against_the_shape():
             (lambda: forward(scale=v[:2]), "scale must have 3 elements, got 2"),
             (lambda: forward(scale=none), "scale must have 3 elements, got 0"),
             (lambda: forward(scale=v.astype(np.int32)), "scale must be float32"),
+            (lambda: forward(scale=v.astype(">f4")), "scale must be a C-contiguous, aligned array "
+                                                     "of 4-byte elements in native byte order"),
             (lambda: forward(mean=v[:2]), "mean must have 3 elements, got 2"),
             (lambda: forward(y=np.empty((2, 3), np.float32)[:, :2]), "y must be a C-contiguous"),
             (lambda: forward(saved=read_only), "saved_variance must be a C-contiguous, aligned, "
