@@ -613,18 +613,7 @@ static void grad_row_pair(const float *g, const float *x, float *dx, size_t peri
 /* Whether the walks take rows of `period` in pairs (grad_row_pair says why). */
 FQ_INLINE int rows_in_pairs(size_t period) { return period > FQ_SHORT_PERIOD; }
 
-/* Whether a walk of `rows` periods of data from memory adds the products of every group, quiet
-   or not (grad_group), from the share of x outside its grid in its first rows (at least
-   FQ_EVERY_SAMPLE elements where there are as many). Skipping the quiet groups is a branch a
-   group. Where about half of them hold a clipped element it goes either way at random, and in
-   groups of 16 elements (AVX2, NEON) with the data coming from memory its mispredictions then cost
-   more than the adds they save: Zen 4, AVX2, one thread, per-channel gradient [8192, 128] with
-   4.6% of x clipped (0.74 clipped elements a group) 574-782 -> 336-464 us, alternating. Data in
-   the caches lost ([3, 3, 64, 128] 22 -> 28-37 us, [4096, 128] 143 -> 167 us), and so did groups
-   of 64 elements (AVX-512, and the row pairs of any ISA) with 0.9% to 1.6% clipped ([8192, 128]
-   AVX-512 238-292 -> 294-296 us, [1024, 1024] 272-324 -> 396-449; AVX2 pairs 330-343 ->
-   375-386), and groups of 16 with 13% clipped (2.1 a group: 435-479 -> 480-499), where few groups
-   are quiet and the branch is mostly right. */
+/* Elements the clip-share sample reads (clipped_share): a call's first rows up to this many. */
 #define FQ_EVERY_SAMPLE ((size_t)4096)
 
 /* The share of x outside its grid in the first rows of a call (at least FQ_EVERY_SAMPLE elements
@@ -646,6 +635,17 @@ FQ_INLINE float clipped_share(const float *x, size_t rows, size_t period, const 
     return clipped / (float)(sampled > 0 ? sampled : 1);
 }
 
+/* Whether a walk of data from memory adds the products of every group, quiet or not
+   (grad_group), given `clipped`, the share of x outside its grid in the call's first rows
+   (clipped_share), and the `period`. Skipping the quiet groups is a branch a group. Where about half of them hold a clipped element it goes either way at random, and in
+   groups of 16 elements (AVX2, NEON) with the data coming from memory its mispredictions then cost
+   more than the adds they save: Zen 4, AVX2, one thread, per-channel gradient [8192, 128] with
+   4.6% of x clipped (0.74 clipped elements a group) 574-782 -> 336-464 us, alternating. Data in
+   the caches lost ([3, 3, 64, 128] 22 -> 28-37 us, [4096, 128] 143 -> 167 us), and so did groups
+   of 64 elements (AVX-512, and the row pairs of any ISA) with 0.9% to 1.6% clipped ([8192, 128]
+   AVX-512 238-292 -> 294-296 us, [1024, 1024] 272-324 -> 396-449; AVX2 pairs 330-343 ->
+   375-386), and groups of 16 with 13% clipped (2.1 a group: 435-479 -> 480-499), where few groups
+   are quiet and the branch is mostly right. */
 FQ_INLINE int adds_every_group(float clipped, size_t period) {
     if (FQ_GRAD_GROUP * FQ_W > 16 || rows_in_pairs(period)) return 0;
     const float per_group = clipped * (float)(FQ_GRAD_GROUP * FQ_W);
