@@ -724,7 +724,6 @@ def test_vector_programs_refuse_bad_operands():
     np.testing.assert_array_equal(registers, [[-0.0, -1.0, -2.0]])
 
 
-
 def test_vector_programs_take_numpy_float32_scalars():
     """A 0-d value as numpy's operations return it (a numpy float32 scalar) is a broadcast source,
     as a one-element array is; a numpy scalar of another type is refused, named."""
