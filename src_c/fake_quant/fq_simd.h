@@ -637,9 +637,10 @@ FQ_INLINE float clipped_share(const float *x, size_t rows, size_t period, const 
 
 /* Whether a walk of data from memory adds the products of every group, quiet or not
    (grad_group), given `clipped`, the share of x outside its grid in the call's first rows
-   (clipped_share), and the `period`. Skipping the quiet groups is a branch a group. Where about half of them hold a clipped element it goes either way at random, and in
-   groups of 16 elements (AVX2, NEON) with the data coming from memory its mispredictions then cost
-   more than the adds they save: Zen 4, AVX2, one thread, per-channel gradient [8192, 128] with
+   (clipped_share), and the `period`. Skipping the quiet groups is a branch a group. Where about
+   half of them hold a clipped element it goes either way at random, and in groups of 16 elements
+   (AVX2, NEON) with the data coming from memory its mispredictions then cost more than the adds
+   they save: Zen 4, AVX2, one thread, per-channel gradient [8192, 128] with
    4.6% of x clipped (0.74 clipped elements a group) 574-782 -> 336-464 us, alternating. Data in
    the caches lost ([3, 3, 64, 128] 22 -> 28-37 us, [4096, 128] 143 -> 167 us), and so did groups
    of 64 elements (AVX-512, and the row pairs of any ISA) with 0.9% to 1.6% clipped ([8192, 128]
