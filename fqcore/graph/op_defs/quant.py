@@ -11,42 +11,38 @@ def _bits(op):
     return attrs.get("num_bits", 8), attrs.get("narrow_range", False)
 
 
-# Each op hands its arguments to the kernel binding as they are (the graph's values are in the
-# kernels' form); where the binding does not take them (None) or the range is refused (False), the
-# public op converts, copies or words TF's error. Two Python frames fewer a call than the public op.
+def _kernel_first(binding, public, op, operands):
+    """The op's result on `operands` ((x, min, max), a gradient's with g first) from the kernel
+    binding, which takes the graph's values as they are (they are in the kernels' form); where it
+    does not take them (None) or refuses the range (False), from the public op, which converts,
+    copies or words TF's error. A frame fewer a call than the public op alone."""
+    result = binding(*operands, *_bits(op), None)
+    if result is None or result is False:
+        result = public(*operands, *_bits(op))
+    return result
+
 
 def _vars_grad(op, inputs, outputs, grads):
-    g, (x, low, high) = grads[0], inputs[:3]
-    result = _kernels.vars_grad(g, x, low, high, *_bits(op), None)
-    if result is None:
-        result = _fq.fake_quant_with_min_max_vars_gradient(g, x, low, high, *_bits(op))
-    return list(result)
+    return list(_kernel_first(_kernels.vars_grad, _fq.fake_quant_with_min_max_vars_gradient, op,
+                              (grads[0], *inputs[:3])))
 
 
 @register("FakeQuantWithMinMaxVars", like_input(), gradient=_vars_grad)
 def fake_quant_with_min_max_vars(op, inputs, ctx):
-    x, low, high = inputs[:3]
-    y = _kernels.vars_forward(x, low, high, *_bits(op), None)
-    if y is None or y is False:
-        y = _fq.fake_quant_with_min_max_vars(x, low, high, *_bits(op))
-    return (y,)
+    return (_kernel_first(_kernels.vars_forward, _fq.fake_quant_with_min_max_vars, op,
+                          inputs[:3]),)
 
 
 def _channel_grad(op, inputs, outputs, grads):
-    g, (x, low, high) = grads[0], inputs[:3]
-    result = _kernels.channel_grad(g, x, low, high, *_bits(op), None)
-    if result is None:
-        result = _fq.fake_quant_with_min_max_vars_per_channel_gradient(g, x, low, high, *_bits(op))
-    return list(result)
+    return list(_kernel_first(_kernels.channel_grad,
+                              _fq.fake_quant_with_min_max_vars_per_channel_gradient, op,
+                              (grads[0], *inputs[:3])))
 
 
 @register("FakeQuantWithMinMaxVarsPerChannel", like_input(), gradient=_channel_grad)
 def fake_quant_with_min_max_vars_per_channel(op, inputs, ctx):
-    x, low, high = inputs[:3]
-    y = _kernels.channel_forward(x, low, high, *_bits(op), None)
-    if y is None or y is False:
-        y = _fq.fake_quant_with_min_max_vars_per_channel(x, low, high, *_bits(op))
-    return (y,)
+    return (_kernel_first(_kernels.channel_forward, _fq.fake_quant_with_min_max_vars_per_channel,
+                          op, inputs[:3]),)
 
 
 def _range(op):
