@@ -857,10 +857,11 @@ def test_a_reverse_path_sums_terms_skips_dead_ops_and_passes_identities():
     x, y, z, w, unused = "x", "y", "z", "w", "unused"
     square, dead_op, identity, idle = (_Member(n) for n in ("square", "dead", "identity", "idle"))
     entries = [
-        (idle, times_two, [unused], [x, x], None, False, False, [0], [x], [True]),
-        (square, times_two, [z], [x, x], None, False, False, [0, 1], [x, x], [True, False]),
-        (dead_op, times_two, [z], [y], None, True, False, [0], [y], [True]),
-        (identity, None, [z], [w], None, False, True, [0], [w], [True]),
+        (idle, times_two, [unused], [x, x], None, False, False, [0], [x], [True], [], []),
+        (square, times_two, [z], [x, x], None, False, False, [0, 1], [x, x], [True, False], [],
+         []),
+        (dead_op, times_two, [z], [y], None, True, False, [0], [y], [True], [], []),
+        (identity, None, [z], [w], None, False, True, [0], [w], [True], [], []),
     ]
     values = {x: 1.0, y: 2.0, z: 3.0, w: 4.0, unused: 0.0}
     grads = ReversePath(entries)(values, {z: 1.0}, {dead_op})
@@ -869,7 +870,33 @@ def test_a_reverse_path_sums_terms_skips_dead_ops_and_passes_identities():
     grads = ReversePath(entries)(values, {z: 1.0}, set())
     assert grads == {z: 1.0, x: 5.0, y: 2.0, w: 1.0}
     with pytest.raises(ValueError, match="square: positions, targets and first"):
-        ReversePath([(square, times_two, [z], [x], None, False, False, [0], [x], [])])
+        ReversePath([(square, times_two, [z], [x], None, False, False, [0], [x], [], [], [])])
+
+
+def test_a_reverse_path_lets_go_of_what_it_has_spent():
+    """After each entry, called or skipped (no gradient, or dead), the gradients and values it
+    names as spent leave the run's dicts; the others stay, and the entries after it still read
+    theirs."""
+    from fqcore.graph._engine import ReversePath
+    seen = []
+
+    def double(op, operands, outputs, incoming):
+        seen.append((op.name, list(operands), list(outputs)))
+        return [2 * incoming[0]]
+
+    a, b, c, d, unused = "a", "b", "c", "d", "unused"
+    last, skipped, first = (_Member(n) for n in ("last", "skipped", "first"))
+    entries = [  # reverse execution order: d = last(c), unused = skipped(c), c = first(b), b <- a
+        (last, double, [d], [c], None, False, False, [0], [c], [True], [d], [d]),
+        (skipped, double, [unused], [c], None, False, False, [0], [c], [False], [unused],
+         [unused]),
+        (first, double, [c], [b], None, False, False, [0], [b], [True], [c], [c, b]),
+    ]
+    values = {a: 0.5, b: 1.0, c: 2.0, d: 3.0, unused: 4.0}
+    grads = ReversePath(entries)(values, {d: 1.0}, set())
+    assert grads == {b: 4.0}
+    assert values == {a: 0.5}
+    assert seen == [("last", [2.0], [3.0]), ("first", [1.0], [2.0])]
 
 
 def test_a_run_that_starts_before_its_plan_folds_finishes_on_what_it_started_with(monkeypatch):

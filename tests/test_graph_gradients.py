@@ -788,5 +788,67 @@ def test_reverse_code_adds_to_the_gradients_the_run_starts_with():
     start = np.array([10.0, 20.0], np.float32)
     for given, want in (((), [3.0, 3.0]), ((x,), [13.0, 23.0])):
         run = reverse_code.compile_path(path, set(), given=given)
-        grads = run(values, {y: np.ones(2, np.float32), x: start}, set())
+        grads = run(dict(values), {y: np.ones(2, np.float32), x: start}, set())
         np.testing.assert_array_equal(grads[x], want)
+
+
+def _two_layer_graph():
+    """x -> pre = x @ w -> h = tanh(pre) -> loss = sum(h * h), with w and a feed of x."""
+    g = G.Graph()
+    rng = _rng("spent values")
+    w = rng.standard_normal((3, 5)).astype(F32)
+    with g.as_default():
+        x = G.placeholder("float32", [4, 3], name="x")
+        pre = G.matmul(x, G.constant(w, name="w"), name="pre")
+        h = G.tanh(pre, name="h")
+        loss = G.reduce_sum(G.multiply(h, h), name="loss")
+    return g, x, pre, h, loss, w, {x: rng.standard_normal((4, 3)).astype(F32)}
+
+
+def test_a_run_still_reads_what_a_reverse_path_has_spent_elsewhere():
+    """A reverse path lets go of each value after its last reader on the path, but not of the
+    values a later step reads (pre, times h's gradient), nor of what a second Gradients op's
+    path reads, nor of what is fetched: one run of all of them gives what separate runs give."""
+    g, x, pre, h, loss, w, feeds = _two_layer_graph()
+    with g.as_default():
+        (dh,) = gradients(g, loss, [h])
+        late = G.reduce_sum(G.multiply(pre, dh), name="late")
+        (dx_first,) = gradients(g, loss, [x])
+        (dx_second,) = gradients(g, G.reduce_sum(h, name="plain"), [x])
+    s = G.Session(g)
+    fetches = (late, dx_first, dx_second, h)
+    together = s.run(list(fetches), feeds)
+    for got, fetch in zip(together, fetches):
+        np.testing.assert_array_equal(got, s.run(fetch, feeds))
+    h_value = np.tanh(feeds[x] @ w)
+    np.testing.assert_allclose(together[0], np.sum(feeds[x] @ w * 2 * h_value), rtol=1e-5)
+    np.testing.assert_allclose(together[2], (1 - h_value ** 2) @ w.T, rtol=1e-5)
+
+
+def test_a_reverse_path_frees_the_values_it_has_spent():
+    """Once the path is done the run holds, of the forward's values, only those read later:
+    h's array is freed during the run, not when it ends."""
+    import gc
+    import weakref
+    g, x, _, h, loss, _, feeds = _two_layer_graph()
+    with g.as_default():
+        (dx,) = gradients(g, loss, [x])
+    s = G.Session(g)
+    s.run(dx, feeds)  # the plan's first run folds its constants
+    held = {}
+    real_backprop = G.session._Run.backprop
+
+    def backprop(run, gradients_op):
+        held["h"] = weakref.ref(run.values[h])
+        result = real_backprop(run, gradients_op)
+        gc.collect()
+        held["after"] = held["h"]() is None
+        held["left"] = set(run.values)
+        return result
+    G.session._Run.backprop = backprop
+    try:
+        s.run(dx, feeds)
+    finally:
+        G.session._Run.backprop = real_backprop
+    assert held["after"], "h's value outlived the reverse path"
+    assert h not in held["left"] and x in held["left"]

@@ -103,7 +103,7 @@ cdef class StepProgram:
 cdef class _GradientEntry:
     """One op (or unit) of a reverse-mode path; see ReversePath."""
     cdef object op, gradient, needed
-    cdef tuple outputs, inputs, positions, targets
+    cdef tuple outputs, inputs, positions, targets, spent_gradients, spent_values
     cdef bint may_die, passes, with_needed
     cdef tuple first
 
@@ -115,18 +115,20 @@ cdef class ReversePath:
     inputs], [values of its outputs], [output gradients][, needed]) and each result at
     positions[i] that is not None is added to grads[targets[i]]: stored as it is where first[i]
     (no earlier entry can have stored one), else added to what is there. An entry that passes
-    (an Identity's) adds its one output gradient to its one target without a call. Returns
-    `grads`.
+    (an Identity's) adds its one output gradient to its one target without a call. After each
+    entry, called or not, the gradients of its spent_gradients leave `grads` and its
+    spent_values leave `values`: what no later entry, nor the run after the path, reads. Their
+    arrays are then free for the arrays the rest of the path makes. Returns `grads`.
 
     Built from entries (op, gradient, outputs, inputs, needed or None, may_die, passes,
-    positions, targets, first)."""
+    positions, targets, first, spent_gradients, spent_values)."""
 
     cdef list _entries
 
     def __cinit__(self, entries):
         self._entries = []
         for (op, gradient, outputs, inputs, needed, may_die, passes, positions, targets,
-             first) in entries:
+             first, spent_gradients, spent_values) in entries:
             if not len(positions) == len(targets) == len(first):
                 raise ValueError(f"{op.name}: positions, targets and first differ in length")
             if passes and (len(outputs) != 1 or list(positions) != [0]):
@@ -138,39 +140,47 @@ cdef class ReversePath:
             entry.positions, entry.targets = tuple(positions), tuple(targets)
             entry.first = tuple(bool(f) for f in first)
             entry.may_die, entry.passes = may_die, passes
+            entry.spent_gradients, entry.spent_values = tuple(spent_gradients), tuple(spent_values)
             self._entries.append(entry)
 
     def __call__(self, dict values, dict grads, dead):
         cdef _GradientEntry entry
-        cdef Py_ssize_t j, n
-        cdef list incoming
-        cdef bint any_gradient
-        cdef object term, results
+        cdef object tensor
         for entry in self._entries:
-            n = len(entry.outputs)
-            incoming = PyList_New(n)
-            any_gradient = False
-            for j in range(n):
-                term = grads.get(entry.outputs[j])
-                any_gradient = any_gradient or term is not None
-                Py_INCREF(term)
-                PyList_SET_ITEM(incoming, j, term)
-            if not any_gradient or (entry.may_die and entry.op in dead):
-                continue
-            if entry.passes:
-                _add(grads, entry.targets[0], incoming[0], entry.first[0])
-                continue
-            operands = [values[t] for t in entry.inputs]
-            outputs = [values[t] for t in entry.outputs]
-            if entry.with_needed:
-                results = entry.gradient(entry.op, operands, outputs, incoming, entry.needed)
-            else:
-                results = entry.gradient(entry.op, operands, outputs, incoming)
-            for j in range(len(entry.positions)):
-                term = results[entry.positions[j]]
-                if term is not None:
-                    _add(grads, entry.targets[j], term, entry.first[j])
+            _run_entry(entry, values, grads, dead)
+            for tensor in entry.spent_gradients:
+                grads.pop(tensor, None)
+            for tensor in entry.spent_values:
+                values.pop(tensor, None)
         return grads
+
+
+cdef int _run_entry(_GradientEntry entry, dict values, dict grads, dead) except -1:
+    """One entry of ReversePath: its call (or pass) and the sums of the terms it gives."""
+    cdef Py_ssize_t j, n = len(entry.outputs)
+    cdef list incoming = PyList_New(n)
+    cdef bint any_gradient = False
+    cdef object term, results
+    for j in range(n):
+        term = grads.get(entry.outputs[j])
+        any_gradient = any_gradient or term is not None
+        Py_INCREF(term)
+        PyList_SET_ITEM(incoming, j, term)
+    if not any_gradient or (entry.may_die and entry.op in dead):
+        return 0
+    if entry.passes:
+        return _add(grads, entry.targets[0], incoming[0], entry.first[0])
+    operands = [values[t] for t in entry.inputs]
+    outputs = [values[t] for t in entry.outputs]
+    if entry.with_needed:
+        results = entry.gradient(entry.op, operands, outputs, incoming, entry.needed)
+    else:
+        results = entry.gradient(entry.op, operands, outputs, incoming)
+    for j in range(len(entry.positions)):
+        term = results[entry.positions[j]]
+        if term is not None:
+            _add(grads, entry.targets[j], term, entry.first[j])
+    return 0
 
 
 cdef inline int _add(dict grads, target, term, bint first) except -1:

@@ -249,7 +249,9 @@ class _Plan:
         fusable = _fusable(order, can_die)
         self.foldable = _foldable(order, fusable, feeds)
         self.position = {op: i for i, op in enumerate(order)}
-        rules = _rules(order, elements, feeds, fusable, self.foldable, self.position, can_die)
+        # The tensors read outside the steps: fetched, or fed.
+        self.pinned = {e for e in elements if isinstance(e, Tensor)} | set(feeds)
+        rules = _rules(order, self.pinned, fusable, self.foldable, self.position, can_die)
         self.units = units = fusion.fuse(order, rules)
         self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
                           for op in unit.ops}
@@ -340,9 +342,28 @@ class _Plan:
         """The path of backprop_path as one function (reverse_code.py), made once."""
         code = self.reverse_codes.get(gradients_op)
         if code is None:
+            y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
             code = self.reverse_codes[gradients_op] = reverse_code.compile_path(
-                self.backprop_path(gradients_op), self.can_die, given=gradients_op.inputs[:1])
+                self.backprop_path(gradients_op), self.can_die, given=(y,), wanted=set(xs),
+                read_later=self.read_after_path(gradients_op))
         return code
+
+    def read_after_path(self, gradients_op):
+        """The tensors whose values a run still reads once the reverse path of `gradients_op`
+        is done: the pinned ones, the Gradients op's own inputs (Run.backprop reads them), the
+        foldable ops' outputs (fold keeps them after the first run), the inputs of every step
+        after the Gradients op, and what the path of a later Gradients op reads."""
+        later = set(self.pinned) | set(gradients_op.inputs)
+        later.update(t for op in self.foldable for t in op.outputs)
+        steps = self.stage[0]
+        after = [op for op, *_ in steps].index(gradients_op) + 1
+        for step in steps[after:]:
+            later.update(step[2])
+            if step[0].type == "Gradients":
+                for op, _, _, _ in self.backprop_path(step[0]):
+                    later.update(op.inputs)
+                    later.update(op.outputs)
+        return later
 
 
 def _variable_reads(order, movable):
@@ -390,16 +411,15 @@ def _fusable(order, can_die):
     return fusable
 
 
-def _rules(order, elements, feeds, fusable, foldable, place, can_die):
-    """What fusion may do with this plan (fusion.PlanRules). A tensor that is fetched or fed is
-    read outside the plan; `fusable` says which ops may join a unit; `foldable` holds the ops
-    whose outputs are the same in every run; `place` maps each op of `order` to its index;
-    `can_die` holds the ops a dead branch (Switch) can reach."""
+def _rules(order, pinned, fusable, foldable, place, can_die):
+    """What fusion may do with this plan (fusion.PlanRules). The tensors `pinned` (fetched or
+    fed) are read outside the plan; `fusable` says which ops may join a unit; `foldable` holds
+    the ops whose outputs are the same in every run; `place` maps each op of `order` to its
+    index; `can_die` holds the ops a dead branch (Switch) can reach."""
     readers = {}
     for op in order:
         for t in op.inputs:
             readers.setdefault(t, []).append(op)
-    pinned = {e for e in elements if isinstance(e, Tensor)} | set(feeds)
 
     def sole_consumer(tensor):
         ops = readers.get(tensor, ())
@@ -459,17 +479,22 @@ class _Run:
                 for t in outputs:
                     values[t] = DEAD
                 continue
-            try:
-                results = forward(op, args, self)
-            except (ValueError, TypeError) as error:
-                failed = self.failing_op or op  # a StepRun names its member
-                message = str(error)
-                if failed.name not in message:
-                    message = f"{failed.name} ({failed.type}): {message}"
-                raise type(error)(message) from error
-            values.update(zip(outputs, results))
+            # No name holds the results past the update: a reverse path that lets go of a value
+            # (reverse_code.py) must be letting go of its last reference.
+            values.update(zip(outputs, self._call(op, forward, args)))
         if constants is None and plan.stage[1] is None:
             plan.fold(values)
+
+    def _call(self, op, forward, args):
+        """forward(op, args, self), its ValueError or TypeError naming the op that failed."""
+        try:
+            return forward(op, args, self)
+        except (ValueError, TypeError) as error:
+            failed = self.failing_op or op  # a StepRun names its member
+            message = str(error)
+            if failed.name not in message:
+                message = f"{failed.name} ({failed.type}): {message}"
+            raise type(error)(message) from error
 
     def read_variables(self, tensors, names):
         """The run's values of `tensors`: the variables `names` as the run started, all at once
