@@ -192,14 +192,20 @@ cdef inline bint _is_attrs(object num_bits, object narrow_range) noexcept:
             and (narrow_range is True or narrow_range is False))
 
 
-cdef object _NUMPY_FLOAT32 = numpy.float32, _NUMPY_FLOAT64 = numpy.float64
+cdef object _NUMPY_FLOAT32 = numpy.float32
+# The scalar types a range may be, taken as they are: each is one double, which C rounds to float32
+# once (a numpy array's min() is a np.float32). fqcore.ops' general path skips its checks for them.
+EXACT_FLOATS = (float, _NUMPY_FLOAT32, numpy.float64)
+cdef tuple _EXACT_FLOATS = EXACT_FLOATS
 
 
 cdef inline bint _is_float(object value) noexcept:
-    """A Python float or a numpy float32 or float64 scalar (what a numpy array's min() returns):
-    one double, which C rounds to float32 once."""
-    cdef object kind = type(value)
-    return kind is float or kind is _NUMPY_FLOAT32 or kind is _NUMPY_FLOAT64
+    """A scalar of EXACT_FLOATS (by identity: no comparison that could call Python)."""
+    cdef object kind = type(value), exact
+    for exact in _EXACT_FLOATS:
+        if kind is exact:
+            return True
+    return False
 
 
 cdef inline bint _is_range_value(object value) noexcept:

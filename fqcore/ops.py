@@ -80,8 +80,8 @@ _as_tuple = tuple.__new__
 _SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
 # Scalars that convert to a Python float exactly, as they are: the fast path of a range (a numpy
 # array's min() is a np.float32; the general path costs microseconds a call, more than a small
-# kernel).
-_EXACT_FLOATS = (float, np.float32, np.float64)
+# kernel). The bindings take the same types.
+_EXACT_FLOATS = _kernels.EXACT_FLOATS
 
 
 def _array(value: Any, name: str) -> np.ndarray:
