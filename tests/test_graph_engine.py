@@ -886,7 +886,8 @@ def test_a_reverse_path_lets_go_of_what_it_has_spent():
 
     a, b, c, d, unused = "a", "b", "c", "d", "unused"
     last, skipped, first = (_Member(n) for n in ("last", "skipped", "first"))
-    entries = [  # reverse execution order: d = last(c), unused = skipped(c), c = first(b), b <- a
+    # Reverse execution order of d = last(c), unused = skipped(c), c = first(b); no entry reads a.
+    entries = [
         (last, double, [d], [c], None, False, False, [0], [c], [True], [d], [d]),
         (skipped, double, [unused], [c], None, False, False, [0], [c], [False], [unused],
          [unused]),
