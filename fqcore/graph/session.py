@@ -350,7 +350,7 @@ class _Plan:
 
     def read_after_path(self, gradients_op):
         """The tensors whose values a run still reads once the reverse path of `gradients_op`
-        is done: the pinned ones, the Gradients op's own inputs (Run.backprop reads them), the
+        is done: the pinned ones, the Gradients op's own inputs (_Run.backprop reads them), the
         foldable ops' outputs (fold keeps them after the first run), the inputs of every step
         after the Gradients op, and what the path of a later Gradients op reads."""
         later = set(self.pinned) | set(gradients_op.inputs)
