@@ -7,7 +7,9 @@ Every figure is the minimum (--stat median: the median) over repeats of the mean
 lasts at least --sample-ms); the JSON also holds medians. Candidates measured against each other are
 interleaved batch by batch, in alternating order, so drift (turbo, a neighbour's build) hits all alike.
 fqcore writes into out= buffers; TF and PyTorch have no out= for these ops, so their times include
-allocating the result. TF and PyTorch run on one thread (tf.config.threading, torch.set_num_threads).
+allocating the result. The fake-quant inputs and both out= buffers are placed 1 KiB apart in a 4 KiB
+page (benchmarks/placement.py): where they happened to be 16 bytes apart, numpy's floor at 64K took
+twice its time. TF and PyTorch run on one thread (tf.config.threading, torch.set_num_threads).
 
 The targets are issue 18's "Done when" list; each table shows them, the JSON holds them ("targets" and
 every row's own), and the report ends with the targets missed and those it could not check. Batch
@@ -36,9 +38,11 @@ except ImportError:  # not on Windows: page faults go uncounted
 try:  # run as a script, benchmarks/ is on sys.path; imported by asv, it is a package
     from . import compare_batch_norm
     from .machine import cpu_model
+    from .placement import placed_arrays
 except ImportError:
     import compare_batch_norm
     from machine import cpu_model
+    from placement import placed_arrays
 
 OPS = ["args", "args_gradient", "vars", "vars_gradient", "vars_per_channel", "vars_per_channel_gradient"]
 SIZES = [65536, 1048576, 16777216]
@@ -266,10 +270,10 @@ class Case:
         rng = np.random.default_rng(seed)
         self.shape = shape
         self.n = int(np.prod(shape))
-        self.x = x if x is not None else CLIPPING[clip or Case.clipping](rng, shape)
-        self.g = g if g is not None else rng.standard_normal(shape, dtype=np.float32)
-        self.out = np.zeros(shape, np.float32)
-        self.c = np.zeros(shape, np.float32)
+        # x, g, fqcore's out and numpy's c each at their own offset in a 4 KiB page (placement.py).
+        self.x, self.g, self.out, self.c = placed_arrays(shape, 4)
+        self.x[...] = x if x is not None else CLIPPING[clip or Case.clipping](rng, shape)
+        self.g[...] = g if g is not None else rng.standard_normal(shape, dtype=np.float32)
         d = shape[-1]
         self.vmin, self.vmax = np.array(LO, np.float32), np.array(HI, np.float32)
         # Per-channel ranges all equal to the per-tensor one, so both do identical work.
@@ -650,7 +654,8 @@ def main(argv=None):
     if set(args.sections) - {"bn"}:
         print(f"- Inputs {CLIPPING_TEXT[args.clip]} against the range [{LO:g}, {HI:g}] (table 2 names its own), "
               f"{NUM_BITS} bits; per-channel ops on n elements use shape [n/{CHANNELS}, {CHANNELS}] with every "
-              "channel's range equal to the per-tensor range.")
+              "channel's range equal to the per-tensor range. x, g, fqcore's out= and numpy's out= start "
+              "1 KiB apart in a 4 KiB page, so that no load waits on an unrelated store (benchmarks/placement.py).")
     print()
     sys.stdout.flush()
 

@@ -16,6 +16,7 @@ import fqcore
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import compare  # noqa: E402
 from benchmarks import compare_batch_norm  # noqa: E402
+from benchmarks import placement  # noqa: E402
 
 FLOORS = {"args": "np.multiply(a, 2.0, out=c)", "vars": "np.divide(a, 3.0, out=c)",
           "vars_per_channel": "np.divide(a, 3.0, out=c)", "args_gradient": "np.add(a, b, out=c)",
@@ -73,6 +74,19 @@ def test_wide_inputs_are_issue_18s_clipped_case():
     """x ~ N(0, 3) against [-6, 6]: 4.55% outside."""
     x = compare.CLIPPING["wide"](np.random.default_rng(1), (1 << 20,))
     assert abs(np.mean(np.abs(x) > compare.HI) - 0.0455) < 0.001
+
+
+def test_operands_start_apart_in_a_4k_page():
+    """x, g and both out= buffers at four offsets 1 KiB apart (benchmarks/placement.py), holding
+    the inputs they are given: no load waits on an unrelated store to the same page offset."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    case = compare.Case((3, 4), x=x, g=-x)
+    arrays = [case.x, case.g, case.out, case.c]
+    assert sorted(a.ctypes.data % 4096 for a in arrays) == [0, 1024, 2048, 3072]
+    assert all(a.flags.c_contiguous and a.flags.writeable and a.dtype == np.float32 and
+               a.shape == (3, 4) for a in arrays)
+    assert np.array_equal(case.x, x) and np.array_equal(case.g, -x)
+    assert placement.spread_over_page(3) == [0, 1344, 2688]
 
 
 def test_small_call_and_thread_targets(tmp_path, capsys):

@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import fqcore  # noqa: E402
 from fqcore import _kernels  # noqa: E402
 from benchmarks.machine import cpu_model  # noqa: E402
+from benchmarks.placement import placed_arrays  # noqa: E402
 
 SOURCE = r"""
 #include <immintrin.h>
@@ -240,9 +241,10 @@ def main(argv=None):
     isas = [args.isa] if args.isa else [i for i in ("avx2", "avx512") if i in fqcore.available_isas()]
     fqcore.set_num_threads(1)
     rng = np.random.default_rng(0)
-    x = (rng.standard_normal(args.n) * 2).astype(np.float32)
-    g = rng.standard_normal(args.n).astype(np.float32)
-    out = np.empty_like(x)
+    # Apart in a 4 KiB page, as compare.py places them: the memory floor without 4K aliasing.
+    x, g, out = placed_arrays((args.n,), 3)
+    x[:] = rng.standard_normal(args.n) * 2
+    g[:] = rng.standard_normal(args.n)
     lanes = {"avx512": 16, "avx2": 8}
     print(f"CPU: {cpu_model()}; n = {args.n}, one thread; best of 15 batches (us per call)\n")
     print("| ISA | op | memory floor (numpy) | compute only | compute / memory | fqcore kernel | kernel / memory |")
