@@ -82,6 +82,10 @@ def test_statistics_ignored_when_factor_is_one():
     reference = forward(mean=None, variance=None)
     ignored = forward(mean=ones(2), variance=np.zeros(7))
     np.testing.assert_array_equal(ignored.y, reference.y)
+    # The factor is a float32 attribute: one that rounds to 1 is 1; one just below 1 is not.
+    np.testing.assert_array_equal(forward(exponential_avg_factor=1 + 2.0 ** -30).y, reference.y)
+    with pytest.raises(ValueError, match="mean is required"):
+        forward(exponential_avg_factor=1 - 2.0 ** -20)
 
 
 def test_attribute_ints_too_large_for_a_float_are_named():
