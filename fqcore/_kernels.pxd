@@ -40,6 +40,8 @@ cdef extern from "fqcore.h" nogil:
     const char *fq_kernel_choices()
     double fq_other_cpu_load()
     int fq_free_cpus()
+    void fq_keep_workers_awake(int hold)
+    int fq_workers_kept_awake()
 
     fq_status fq_f32_args(const float *x, float *out, size_t n, float min, float max,
                           int num_bits, int narrow_range)

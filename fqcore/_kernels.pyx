@@ -95,6 +95,16 @@ def free_cpus():
     return fq_free_cpus()
 
 
+def keep_workers_awake(bint hold):
+    """Holds the pool's idle workers awake between calls (True) or lets go of a hold (False)."""
+    fq_keep_workers_awake(hold)
+
+
+def workers_kept_awake():
+    """The holds of keep_workers_awake not yet let go of."""
+    return fq_workers_kept_awake()
+
+
 # Array memory: numpy's allocator hook (NEP 49) over fq_block_*, which keeps freed large blocks for
 # the next array of their size. Session.run and fqcore.cached_memory install it for the arrays
 # they make.

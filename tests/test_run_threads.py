@@ -8,7 +8,7 @@ import pytest
 
 import fqcore
 import fqcore.graph as G
-from fqcore import blas_threads
+from fqcore import _kernels, blas_threads
 from fqcore.graph import run_threads
 
 
@@ -132,6 +132,34 @@ def test_by_default_kernels_follow_fqcores_setting_inside_a_run(monkeypatch, set
         assert seen == [setting] and fqcore.get_num_threads() == setting
     finally:
         fqcore.set_num_threads(kernel_before)
+
+
+@pytest.mark.parametrize("blas,controlled,held", [(1, True, 1), (2, True, 0), (1, False, 0)])
+def test_a_run_holds_fqcores_workers_awake_only_with_blas_on_one_thread(monkeypatch, blas,
+                                                                        controlled, held):
+    """Between a run's kernel calls no other pool runs where BLAS has one thread: fqcore's idle
+    workers then wait awake (a worker that spun through a two-thread BLAS call would halve its
+    speed); a BLAS fqcore cannot see or set may have more."""
+    state = {"blas": blas if controlled else None}
+    monkeypatch.setattr(blas_threads, "get_blas_threads", lambda: state["blas"])
+    monkeypatch.setattr(blas_threads, "set_blas_threads", lambda n: state.update(blas=n))
+    session, x, y = _tiny_session(threads=blas)
+    seen, fail = [], []
+    real_execute = G.session._Run.execute
+
+    def execute(run):
+        seen.append(_kernels.workers_kept_awake())
+        if fail:
+            raise ValueError("a run that fails")
+        return real_execute(run)
+    monkeypatch.setattr(G.session._Run, "execute", execute)
+    before = _kernels.workers_kept_awake()
+    session.run(y, {x: np.eye(4, dtype=np.float32)})
+    assert seen == [before + held] and _kernels.workers_kept_awake() == before
+    fail.append(True)
+    with pytest.raises(ValueError, match="a run that fails"):
+        session.run(y, {x: np.eye(4, dtype=np.float32)})
+    assert seen[1] == before + held and _kernels.workers_kept_awake() == before
 
 
 def test_without_a_blas_to_control_runs_still_work(monkeypatch):

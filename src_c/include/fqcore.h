@@ -72,6 +72,15 @@ fq_status fq_init(void);
 int fq_get_num_threads(void);
 int fq_num_threads_is_auto(void);
 fq_status fq_set_num_threads(int num_threads);
+/* Holds (hold != 0) or lets go of (0) the pool's idle workers: while anyone holds them, a worker
+   that finished its part of a call looks for the next one for 2 ms before it sleeps, instead of
+   about twice the recent gaps between calls (20-250 us). Waking a sleeping worker costs the caller
+   tens of microseconds on a virtual machine. For callers that know their calls keep coming and
+   that no other thread pool of the process (a multi-threaded BLAS) runs between them: a Session
+   run with BLAS on one thread. Holds nest; each hold is let go of once. */
+void fq_keep_workers_awake(int hold);
+/* The holds not yet let go of. */
+int fq_workers_kept_awake(void);
 /* CPUs this process may run on: its affinity mask, lowered to a cgroup CPU quota (Linux); the
    online CPUs elsewhere. Read once. */
 int fq_usable_cpus(void);

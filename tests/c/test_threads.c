@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/cpu_budget.h"
@@ -130,6 +131,36 @@ static void test_worker_fpenv(void) {
     expect(ok, "an item ran under another floating-point environment than the call's");
 }
 
+static int64_t monotonic_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* While held, the workers still wait awake for the next call 0.5 ms after one (they look for 2 ms
+   from when they saw it start); unheld, they look for at most 0.25 ms after calls that come this
+   close together. An attempt counts when the check came within 1.5 ms of the call's start (a
+   caller kept off its core longer proves nothing). */
+static void test_workers_kept_awake(void) {
+    const int before = fq_workers_kept_awake();
+    fq_keep_workers_awake(1);
+    fq_keep_workers_awake(1);
+    expect(fq_workers_kept_awake() == before + 2, "holds nest");
+    fq_keep_workers_awake(0);
+    int awake = -1;
+    for (int attempt = 0; attempt < 100 && awake < 0; ++attempt) {
+        const int64_t start = monotonic_ns();
+        expect(runs_each_item_once(2, 1000, 0), "a call while held: some item ran not once");
+        while (monotonic_ns() < start + 500000) {
+        }
+        const int seen = fq_parallel_awake_workers();
+        if (monotonic_ns() < start + 1500000) awake = seen;
+    }
+    expect(awake != 0, "0.5 ms after a call while held, no worker awake");
+    fq_keep_workers_awake(0);
+    expect(fq_workers_kept_awake() == before, "every hold let go of");
+}
+
 static void test_settings(void) {
     expect(fq_set_num_threads(FQ_THREADS_AUTO) == FQ_OK && fq_num_threads_is_auto(), "auto");
     expect(fq_get_num_threads() == fq_usable_cpus(), "auto: fq_get_num_threads is the usable CPUs");
@@ -174,6 +205,7 @@ int main(void) {
         {"concurrent callers", test_concurrent_callers},
         {"fork", test_fork},
         {"worker floating-point environment", test_worker_fpenv},
+        {"workers kept awake", test_workers_kept_awake},
         {"thread settings", test_settings},
         {"CPU budget arithmetic", test_budget_arithmetic},
     };
