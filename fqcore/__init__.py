@@ -2,7 +2,8 @@
 from . import _runtime
 from .array_memory import cached_memory, release_cached_memory
 from ._runtime import (available_isas, compiled_isas, free_cpus, get_isa, get_num_threads,
-                       other_cpu_load, set_isa, set_num_threads, show_config, usable_cpus)
+                       other_cpu_load, set_isa, set_num_threads, show_config, usable_cpus,
+                       workers_awake)
 from .batch_norm import (FusedBatchNormGradV3, FusedBatchNormV3, fused_batch_norm,
                          fused_batch_norm_grad)
 from .ops import (FakeQuantWithMinMaxVarsGradient, FakeQuantWithMinMaxVarsPerChannelGradient,
@@ -29,4 +30,5 @@ __all__ = [
     "Quantizer", "LastValueQuantizer", "MovingAverageQuantizer", "AllValuesQuantizer",
     "FixedQuantizer", "NoQuantizer", "serialize", "deserialize", "register_quantizer", "to_json",
     "from_json", "save_quantizer", "load_quantizer", "cached_memory", "release_cached_memory",
+    "workers_awake",
 ]

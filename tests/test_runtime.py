@@ -131,6 +131,31 @@ def test_set_num_threads_round_trip():
         fqcore.set_num_threads(previous)
 
 
+def test_workers_awake_holds_the_pool_for_its_region():
+    """Each region holds fqcore's idle workers awake (fq_keep_workers_awake, whose effect on the
+    pool tests/c/test_threads.c checks) from its start to its end, also when it raises; regions
+    nest; one region cannot be entered twice at once."""
+    from fqcore import _kernels
+    before = _kernels.workers_kept_awake()
+    outer, inner = fqcore.workers_awake(), fqcore.workers_awake()
+    with outer as entered:
+        assert entered is outer and _kernels.workers_kept_awake() == before + 1
+        with inner:
+            assert _kernels.workers_kept_awake() == before + 2
+        with pytest.raises(RuntimeError, match="already entered"):
+            with outer:
+                pass
+        assert _kernels.workers_kept_awake() == before + 1
+    assert _kernels.workers_kept_awake() == before
+    with pytest.raises(ZeroDivisionError):
+        with fqcore.workers_awake():
+            1 / 0
+    assert _kernels.workers_kept_awake() == before
+    with outer:  # a region that ended can be entered again
+        assert _kernels.workers_kept_awake() == before + 1
+    assert _kernels.workers_kept_awake() == before
+
+
 def test_the_default_is_auto():
     assert _python("import fqcore; print(fqcore.get_num_threads())",
                    FQCORE_NUM_THREADS="").stdout.strip() == "auto"

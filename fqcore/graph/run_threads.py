@@ -11,7 +11,7 @@ count."""
 import contextlib
 import os
 
-from .. import _kernels, _runtime, blas_threads
+from .. import _runtime, blas_threads
 
 ENVIRONMENT = "FQCORE_NUM_THREADS"
 
@@ -70,15 +70,13 @@ class RunThreads:
         if current is not None and blas != current:
             blas_threads.set_blas_threads(blas)
         # With BLAS on one thread no other pool runs between the kernels' calls: fqcore's idle
-        # workers wait awake for the next one (keep_workers_awake). Woken from sleep 6.5 times a
-        # step, the demo's step took 22-27% longer (Intel Xeon, 2 cores, batch 64).
-        hold = blas == 1 and current is not None
-        if hold:
-            _kernels.keep_workers_awake(True)
+        # workers wait awake for the next one. Woken from sleep 6.5 times a step, the demo's step
+        # took 22-27% longer (Intel Xeon, 2 cores, batch 64).
+        awake = (_runtime.workers_awake() if blas == 1 and current is not None
+                 else contextlib.nullcontext())
         try:
-            yield
+            with awake:
+                yield
         finally:
-            if hold:
-                _kernels.keep_workers_awake(False)
             if self.kernel is not None and self.kernel != previous_kernel:
                 _runtime.set_num_threads(previous_kernel)

@@ -77,7 +77,8 @@ fq_status fq_set_num_threads(int num_threads);
    about twice the recent gaps between calls (20-250 us). Waking a sleeping worker costs the caller
    tens of microseconds on a virtual machine. For callers that know their calls keep coming and
    that no other thread pool of the process (a multi-threaded BLAS) runs between them: a Session
-   run with BLAS on one thread. Holds nest; each hold is let go of once. */
+   run with BLAS on one thread, a fqcore.workers_awake region. Holds nest; each hold is let go of
+   once. */
 void fq_keep_workers_awake(int hold);
 /* The holds not yet let go of. */
 int fq_workers_kept_awake(void);
