@@ -63,12 +63,20 @@ def _region(variant):
         yield
 
 
-def run_variant(variant):
-    """Times the loop in this process (BLAS on one thread, as Session.run sets it where fqcore's
-    workers wait awake); prints one line: variant, best, median, holds seen inside a step."""
+def _one_blas_thread():
+    """Puts numpy's BLAS on one thread, as Session.run does where fqcore's workers wait awake;
+    returns the count it had (None: no BLAS fqcore can set)."""
     from fqcore import blas_threads
-    if blas_threads.get_blas_threads() is not None:
+    before = blas_threads.get_blas_threads()
+    if before is not None:
         blas_threads.set_blas_threads(1)
+    return before
+
+
+def run_variant(variant):
+    """Times the loop in this process; prints one line: variant, best, median, holds seen inside
+    a step."""
+    _one_blas_thread()
     step = training_step(lambda: _region(variant))
     for _ in range(5):
         held = step()
@@ -80,6 +88,27 @@ def run_variant(variant):
         times.append((time.perf_counter() - start) / 20 * 1e3)
     times.sort()
     print(f"{variant} {times[0]:.2f} {times[len(times) // 2]:.2f} {held}")
+
+
+class TimeOpsLoopThreadsStep:
+    """asv: one step of the loop, plain or with the workers held awake."""
+
+    params = [list(VARIANTS)]
+    param_names = ["workers"]
+
+    def setup(self, workers):
+        self.blas_before = _one_blas_thread()
+        self.step = training_step(lambda: _region(workers))
+        for _ in range(5):
+            self.step()
+
+    def teardown(self, workers):
+        from fqcore import blas_threads
+        if self.blas_before is not None:
+            blas_threads.set_blas_threads(self.blas_before)
+
+    def time_step(self, workers):
+        self.step()
 
 
 def main():
