@@ -16,18 +16,13 @@ the median are printed, with the minor page faults of the 200 steps.
 
 asv times the step too (TimeOpsLoopStep: default and cached; not glibc, a process-wide policy
 that would carry over into whatever asv runs next in that process)."""
-import argparse
 import contextlib
-import os
 import resource
-import subprocess
-import sys
-import time
 
 try:
-    from .machine import cpu_model
+    from . import variant_processes
 except ImportError:  # run as a script
-    from machine import cpu_model
+    import variant_processes
 
 VARIANTS = ("default", "cached", "glibc")
 SHAPES = ((32, 28, 28, 32), (32, 14, 14, 64), (32, 7, 7, 128))
@@ -69,14 +64,8 @@ def run_variant(variant):
     for _ in range(5):
         step()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    times = []
-    for _ in range(10):
-        start = time.perf_counter()
-        for _ in range(20):
-            step()
-        times.append((time.perf_counter() - start) / 20 * 1e3)
+    times = variant_processes.step_times(step, warmup=0)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-    times.sort()
     print(f"{variant} {times[0]:.2f} {times[len(times) // 2]:.2f} {faults / 200:.0f}")
 
 
@@ -97,23 +86,8 @@ class TimeOpsLoopStep:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3, help="processes per variant")
-    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # a child's
-    args = parser.parse_args()
-    if args.variant:
-        run_variant(args.variant)
-        return
-    print(f"CPU: {cpu_model()}, "
-          f"1-minute load average {os.getloadavg()[0]:.2f}")
-    print("| variant | best ms/step | median ms/step | page faults/step |")
-    print("|---|---|---|---|")
-    for _ in range(args.repeats):
-        for variant in VARIANTS:
-            line = subprocess.run([sys.executable, os.path.abspath(__file__), "--variant", variant],
-                                  check=True, capture_output=True, text=True).stdout.split()
-            print(f"| {line[0]} | {line[1]} | {line[2]} | {line[3]} |")
+    variant_processes.main(__file__, __doc__, VARIANTS, run_variant,
+                           ["variant", "best ms/step", "median ms/step", "page faults/step"])
 
 
 if __name__ == "__main__":

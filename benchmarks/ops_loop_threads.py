@@ -13,17 +13,12 @@ steps, then 10 timings of 20 steps, of which the best and the median are printed
   plain  each step inside `with fqcore.cached_memory():`
   awake  each step inside `with fqcore.cached_memory(), fqcore.workers_awake():` (the worker
          looks for 2 ms)"""
-import argparse
 import contextlib
-import os
-import subprocess
-import sys
-import time
 
 try:
-    from .machine import cpu_model
+    from . import variant_processes
 except ImportError:  # run as a script
-    from machine import cpu_model
+    import variant_processes
 
 VARIANTS = ("plain", "awake")
 SHAPE = (32, 16, 16, 64)
@@ -78,15 +73,8 @@ def run_variant(variant):
     a step."""
     _one_blas_thread()
     step = training_step(lambda: _region(variant))
-    for _ in range(5):
-        held = step()
-    times = []
-    for _ in range(10):
-        start = time.perf_counter()
-        for _ in range(20):
-            step()
-        times.append((time.perf_counter() - start) / 20 * 1e3)
-    times.sort()
+    held = step()
+    times = variant_processes.step_times(step)
     print(f"{variant} {times[0]:.2f} {times[len(times) // 2]:.2f} {held}")
 
 
@@ -112,23 +100,8 @@ class TimeOpsLoopThreadsStep:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3, help="processes per variant")
-    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # a child's
-    args = parser.parse_args()
-    if args.variant:
-        run_variant(args.variant)
-        return
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs, "
-          f"1-minute load average {os.getloadavg()[0]:.2f}")
-    print("| variant | best ms/step | median ms/step |")
-    print("|---|---|---|")
-    for _ in range(args.repeats):
-        for variant in VARIANTS:
-            line = subprocess.run([sys.executable, os.path.abspath(__file__), "--variant", variant],
-                                  check=True, capture_output=True, text=True).stdout.split()
-            print(f"| {line[0]} | {line[1]} | {line[2]} |")
+    variant_processes.main(__file__, __doc__, VARIANTS, run_variant,
+                           ["variant", "best ms/step", "median ms/step"])
 
 
 if __name__ == "__main__":
