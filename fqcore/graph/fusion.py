@@ -62,7 +62,7 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   arithmetic."""
 from collections import namedtuple
 from itertools import compress, repeat
-from operator import is_not
+from operator import is_not, itemgetter
 
 import numpy as np
 
@@ -154,19 +154,20 @@ class FusedChannelChain(Unit):
         self.inputs = [x] + ([scale] if scale is not None else []) + shifts
         self.outputs = [ops[-1].outputs[0]]
         self.channels = x.shape[-1]
-
-    def _vectors(self, inputs):
-        rest = list(inputs[1:])
-        scale = rest.pop(0) if self.scale is not None else None
-        shifts = rest + [None] * (2 - len(rest))
-        return scale, shifts
+        self.kernel_activation = _kernels.ACTIVATIONS[activation]
+        # (scale, first shift, second shift) of (*inputs, None): an operand the chain does not
+        # have is the None after the inputs.
+        shifts_from, missing = len(self.inputs) - len(shifts), len(self.inputs)
+        self.vectors = itemgetter(1 if scale is not None else missing,
+                                  *(shifts_from + k if k < len(shifts) else missing
+                                    for k in range(2)))
 
     def forward(self, op, inputs, ctx):
         x = inputs[0]
-        scale, (shift_a, shift_b) = self._vectors(inputs)
+        scale, shift_a, shift_b = self.vectors((*inputs, None))
         y = np.empty(x.shape, FLOAT32)
-        _kernels.channel_affine(np.ascontiguousarray(x).reshape(-1), self.channels, scale, shift_a,
-                                shift_b, _kernels.ACTIVATIONS[self.activation], y.reshape(-1))
+        _kernels.channel_affine(x.ravel(), self.channels, scale, shift_a, shift_b,
+                                self.kernel_activation, y.reshape(-1))
         return (y,)
 
     def gradient(self, op, inputs, outputs, grads, needed):
@@ -174,14 +175,13 @@ class FusedChannelChain(Unit):
         if isinstance(dy, ClippedGradient):
             # A fake quant of this chain's output: its clip joins this pass.
             dy, clip = (dy.dy, dy.interval) if dy.x is outputs[0] else (dy.value(), None)
-        scale, _ = self._vectors(inputs)
+        scale = inputs[1] if self.scale is not None else None
         dx = np.empty(x.shape, FLOAT32)
         dscale = np.empty(self.channels, FLOAT32) if scale is not None else None
         dshift = np.empty(self.channels, FLOAT32) if self.shifts else None
         _kernels.channel_affine_grad(
-            np.ascontiguousarray(dy, FLOAT32).reshape(-1),
-            np.ascontiguousarray(x).reshape(-1), outputs[0].reshape(-1), self.channels, scale,
-            _kernels.ACTIVATIONS[self.activation], dx.reshape(-1), dscale, dshift, clip)
+            np.ascontiguousarray(dy, FLOAT32).reshape(-1), x.ravel(), outputs[0].reshape(-1),
+            self.channels, scale, self.kernel_activation, dx.reshape(-1), dscale, dshift, clip)
         shift_grads = [dshift] + [dshift.copy() for _ in self.shifts[1:]]
         return [dx] + ([dscale] if scale is not None else []) + shift_grads
 
@@ -528,6 +528,7 @@ class RangePair(Unit):
         self.averages = averages
         # float32_range gives (min, max): which of the two each output is.
         self.picks = (0, 1) if first.type == "Min" else (1, 0)
+        self.picked = itemgetter(*self.picks)  # (outputs) of a (min, max, ...) sequence
         # x, then each average's operands but the extreme, the min's first (`starts`: where
         # each output's operands begin).
         self.inputs, starts = [first.inputs[0]], {}
@@ -594,12 +595,12 @@ class RangePair(Unit):
                                               tuple(inputs[1:]),
                                               ctx.current_variables(self.state))
             ctx.write_variables(self.written, written)
-            return written[self.picks[0]], written[self.picks[1]]
+            return self.picked(written)
         if self.clamped_stores and ctx.update_state and layout == (1, ()):
             stored = _kernels.clamped_range(np.ascontiguousarray(x), self.store_clamps,
                                             self.store_bounds)
             ctx.write_variables(self.store_names, stored)
-            return stored[self.picks[0]], stored[self.picks[1]]
+            return self.picked(stored)
         extremes = float32_range(x, layout)
         return self._stored([extremes[self.picks[0]], extremes[self.picks[1]]], inputs, ctx)
 
@@ -1131,24 +1132,30 @@ class VectorProgram(Unit):
 
     def _exit_places(self):
         """Where forward finds each exit: (whether among the sources, row there or in the
-        registers, shape)."""
+        registers, the exit's shape or None where a register row has it)."""
         sources, places = len(self.inputs), []
         for t in self.exits:
             row = self.program.row[t]
             places.append((True, row, t.shape) if row < sources else
-                          (False, row - sources, t.shape))
+                          (False, row - sources, self._row_shape(t)))
         return places
 
+    def _row_shape(self, tensor):
+        """The shape a register row takes to be `tensor`'s value: None where it has it already
+        (a vector of the program's length; one reshape fewer a value)."""
+        return None if tuple(tensor.shape) == (self.length,) else tensor.shape
+
     def forward(self, op, inputs, ctx):
-        sources = list(inputs)  # a 0-d value may be a numpy scalar: the binding takes it
         program = self.program
         registers = np.empty((program.registers, self.length), FLOAT32)
-        sources = _run_program(program.code, self.no_rows, sources, registers)
+        # A 0-d value may be a numpy scalar: the binding takes it.
+        sources = _run_program(program.code, self.no_rows, inputs, registers)
         if sources is None:
             raise ValueError(f"{self.name}: the inputs must be float32, got "
                              f"{[np.asarray(v).dtype.name for v in inputs]}")
         values = [np.asarray(sources[row]).reshape(shape) if in_sources else
-                  registers[row].reshape(shape) for in_sources, row, shape in self.exit_places]
+                  registers[row] if shape is None else registers[row].reshape(shape)
+                  for in_sources, row, shape in self.exit_places]
         return (*values, registers)
 
     def gradient(self, op, inputs, outputs, grads, needed):
@@ -1167,22 +1174,25 @@ class VectorProgram(Unit):
             if sources is not None:  # else a gradient that is not float32: numpy's types decide
                 result = [None] * len(inputs)
                 for k, in_registers, row, shape in returned:
-                    result[k] = (registers[row] if in_registers else
-                                 np.asarray(sources[row])).reshape(shape)
+                    if not in_registers:
+                        result[k] = np.asarray(sources[row]).reshape(shape)
+                    else:
+                        result[k] = registers[row] if shape is None else registers[row].reshape(shape)
                 return result
         return self._op_by_op_gradient(inputs, outputs[-1], exit_grads, needed)
 
     def _gradient_program(self, needed, given):
         """The gradient's program for the inputs `needed` and the exits `given` a gradient, and
         where each input's gradient comes from: (input position, whether in the registers, row
-        there or in the sources, shape)."""
+        there or in the sources, the input's shape or, in the registers, None where the row
+        has it)."""
         program = vector_program.Gradient(
             self.program, self.ops, self.inputs, [t for t, g in zip(self.exits, given) if g],
             needed, self.length)
         kept = self.program.registers  # the forward's registers come first in the gradient's rows
-        returned = [(k, row >= program.first_register,
-                     row - program.first_register if row >= program.first_register else row - kept,
-                     self.inputs[k].shape) for k, row in program.returned]
+        returned = [(k, True, row - program.first_register, self._row_shape(self.inputs[k]))
+                    if row >= program.first_register else
+                    (k, False, row - kept, self.inputs[k].shape) for k, row in program.returned]
         return program, returned
 
     def _op_by_op_gradient(self, inputs, registers, exit_grads, needed):
@@ -1216,8 +1226,9 @@ def _gradients_op_by_op(ops, inputs, values, exits, exit_grads, needed):
 
 
 def _run_program(code, kept, sources, registers):
-    """Runs a vector program on `sources` (a list), or on C-contiguous copies of them where the
-    binding refuses one that is not; the sources it ran on, or None where one is not float32."""
+    """Runs a vector program on `sources` (a sequence), or on C-contiguous copies of them where
+    the binding refuses one that is not; the sources it ran on, or None where one is not
+    float32."""
     try:
         _kernels.vector_program(code, kept, tuple(sources), registers)
         return sources

@@ -166,58 +166,56 @@ def _conv_setup(x, w, strides, padding, dilations):
     return x, w, strides, dilations, oh, ow, pads
 
 
-def _kernel_geometry(x_shape, kernel, oh, ow, strides, dilations, pads):
-    """The sizes of fq_conv_geometry, in its order."""
-    return (*x_shape, *kernel, oh, ow, *strides, *dilations, pads[0], pads[2])
+# A convolution's checked geometry on an input of one shape: what the *_planned functions take,
+# so that a caller that runs one geometry many times (a Session plan's convolution) checks its
+# arguments and works out the kernels' sizes once. `sizes`: fq_conv_geometry's, in its order;
+# `pointwise`: a 1x1 kernel at stride 1, which reads each pixel once, in place (its columns are x
+# itself).
+ConvGeometry = namedtuple("ConvGeometry",
+                          ["strides", "dilations", "oh", "ow", "pads", "sizes", "pointwise"])
 
 
-def _pointwise(w_shape, strides):
-    """A 1x1 kernel at stride 1 reads each pixel once, in place: its columns are x itself."""
-    return w_shape[:2] == (1, 1) and strides == (1, 1)
+def _checked_geometry(x_shape, kernel, strides, dilations, oh, ow, pads):
+    """The ConvGeometry of a kernel of `kernel` (KH, KW) on an x of `x_shape`, as checked."""
+    return ConvGeometry(strides, dilations, oh, ow, pads,
+                        (*x_shape, *kernel, oh, ow, *strides, *dilations, pads[0], pads[2]),
+                        tuple(kernel) == (1, 1) and strides == (1, 1))
 
 
-def _im2col(x, w_shape, oh, ow, pads, strides, dilations):
+def _im2col(x, w_shape, g):
     """[N*OH*OW, KH*KW*C]: row p holds output pixel p's window, in the (kh, kw, c) order of an HWIO
     filter flattened to [KH*KW*C, O] so that one matmul is the whole convolution."""
     columns = w_shape[0] * w_shape[1] * w_shape[2]
-    if _pointwise(w_shape, strides):
+    if g.pointwise:
         return np.ascontiguousarray(x).reshape(-1, columns)
-    if x.dtype == np.float32:
-        cols = np.empty((x.shape[0] * oh * ow, columns), np.float32)
-        _kernels.im2col(np.ascontiguousarray(x).reshape(-1),
-                        _kernel_geometry(x.shape, w_shape[:2], oh, ow, strides, dilations, pads),
-                        cols.reshape(-1))
+    if x.dtype == FLOAT32:
+        cols = np.empty((x.shape[0] * g.oh * g.ow, columns), FLOAT32)
+        _kernels.im2col(x.ravel(), g.sizes, cols.reshape(-1))
         return cols
-    windows = _windows(_pad(x, pads, 0), oh, ow, w_shape[:2], strides, dilations)
+    windows = _windows(_pad(x, g.pads, 0), g.oh, g.ow, w_shape[:2], g.strides, g.dilations)
     return np.ascontiguousarray(windows).reshape(-1, columns)
 
 
-def _col2im(dcols, x_shape, kernel, oh, ow, pads, strides, dilations, dtype):
+def _col2im(dcols, x_shape, kernel, g, dtype):
     """dx [N, H, W, C]: the adjoint of _im2col, each element the sum of its window entries in
     kernel-position order."""
-    if _pointwise(kernel, strides):
+    if g.pointwise:
         return dcols.reshape(x_shape)
-    if dtype == np.float32:
-        dx = np.empty(x_shape, np.float32)
-        _kernels.col2im(dcols.reshape(-1),
-                        _kernel_geometry(x_shape, kernel, oh, ow, strides, dilations, pads),
-                        dx.reshape(-1))
+    if dtype == FLOAT32:
+        dx = np.empty(x_shape, FLOAT32)
+        _kernels.col2im(dcols.reshape(-1), g.sizes, dx.reshape(-1))
         return dx
     n, _, _, c = x_shape
+    oh, ow = g.oh, g.ow
     pieces = (((i, j), dcols[:, (i * kernel[1] + j) * c:(i * kernel[1] + j + 1) * c].reshape(n, oh, ow, c))
               for i, j in _positions(kernel))
-    return _scatter(pieces, x_shape, pads, strides, dilations, dtype)
-
-
-# A convolution's checked geometry: what the *_planned functions take, so that a caller that runs
-# one geometry many times (a Session plan's convolution) checks its arguments once.
-ConvGeometry = namedtuple("ConvGeometry", ["strides", "dilations", "oh", "ow", "pads"])
+    return _scatter(pieces, x_shape, g.pads, g.strides, g.dilations, dtype)
 
 
 def conv_geometry(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     """The geometry of conv2d(x, w, ...) after checking its arguments (ValueError, TypeError)."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
-    return ConvGeometry(strides, dilations, oh, ow, pads)
+    return _checked_geometry(x.shape, w.shape[:2], strides, dilations, oh, ow, pads)
 
 
 def conv2d_columns(x, kernel_shape, strides=(1, 1), padding="SAME", dilations=(1, 1)):
@@ -228,12 +226,13 @@ def conv2d_columns(x, kernel_shape, strides=(1, 1), padding="SAME", dilations=(1
     kernel_shape = tuple(int(d) for d in kernel_shape)
     strides, dilations = _pair(strides, "strides"), _pair(dilations, "dilations")
     oh, ow, pads = _geometry(x.shape, kernel_shape[:2], strides, dilations, _padding(padding))
-    return columns_planned(x, kernel_shape, ConvGeometry(strides, dilations, oh, ow, pads))
+    return columns_planned(x, kernel_shape, _checked_geometry(x.shape, kernel_shape[:2], strides,
+                                                              dilations, oh, ow, pads))
 
 
 def columns_planned(x, kernel_shape, g):
     """conv2d_columns for an x and a filter shape that conv_geometry checked as `g`."""
-    return _im2col(x, kernel_shape, g.oh, g.ow, g.pads, g.strides, g.dilations)
+    return _im2col(x, kernel_shape, g)
 
 
 def _checked_cols(cols, x, w, oh, ow):
@@ -248,7 +247,7 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
     """TF Conv2D, NHWC: x [N, H, W, C], w [KH, KW, C, O] -> y [N, OH, OW, O]; `cols`, when given,
     are conv2d_columns(x, w.shape, ...), which this call then does not compute again."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
-    g = ConvGeometry(strides, dilations, oh, ow, pads)
+    g = _checked_geometry(x.shape, w.shape[:2], strides, dilations, oh, ow, pads)
     cols = columns_planned(x, w.shape, g) if cols is None else _checked_cols(cols, x, w, oh, ow)
     return conv2d_planned(x, w, cols, g)
 
@@ -300,7 +299,7 @@ def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols
     """(dx, dw) of conv2d given dy = dL/dy [N, OH, OW, O] (and, when given, its `cols`); dx is
     None with input_gradient=False (x is data: nothing to learn upstream of it)."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
-    g = ConvGeometry(strides, dilations, oh, ow, pads)
+    g = _checked_geometry(x.shape, w.shape[:2], strides, dilations, oh, ow, pads)
     dy = _other(dy, "dy", x.dtype)
     cols = columns_planned(x, w.shape, g) if cols is None else _checked_cols(cols, x, w, oh, ow)
     return conv2d_grad_planned(x, w, dy, cols, g, input_gradient)
@@ -337,7 +336,7 @@ def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
     if not input_gradient:
         return None, dw
     dcols = _summed_product([(grad, filters.T) for filters, grad in terms])
-    dx = _col2im(dcols, x.shape, w.shape[:2], g.oh, g.ow, g.pads, g.strides, g.dilations, x.dtype)
+    dx = _col2im(dcols, x.shape, w.shape[:2], g, x.dtype)
     return dx, dw
 
 
@@ -355,7 +354,8 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     """TF DepthwiseConv2dNative, NHWC: x [N, H, W, C], w [KH, KW, C, M] -> y [N, OH, OW, C*M]."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
     if x.dtype == np.float32:
-        return depthwise_conv2d_planned(x, w, ConvGeometry(strides, dilations, oh, ow, pads))
+        return depthwise_conv2d_planned(x, w, _checked_geometry(x.shape, w.shape[:2], strides,
+                                                                dilations, oh, ow, pads))
     kh, kw, c, m = w.shape
     y = np.zeros((x.shape[0], oh, ow, c * m), dtype=x.dtype)
     for i, j, window in _depthwise_windows(x, w, oh, ow, pads, strides, dilations):
@@ -363,23 +363,11 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1)):
     return y
 
 
-def _depthwise_geometry(x_shape, w_shape, g):
-    """fq_conv_geometry's sizes for a depthwise filter of `w_shape` on x, `g` as conv_geometry
-    checked it."""
-    return _kernel_geometry(x_shape, w_shape[:2], g.oh, g.ow, g.strides, g.dilations, g.pads)
-
-
-def _flat32(array):
-    """`array` as one C-contiguous row, as the kernels read it (a copy where it is not)."""
-    return np.ascontiguousarray(array).reshape(-1)
-
-
 def depthwise_conv2d_planned(x, w, g):
     """depthwise_conv2d of float32 arrays that conv_geometry checked as `g`."""
     m = w.shape[3]
     y = np.empty((x.shape[0], g.oh, g.ow, w.shape[2] * m), np.float32)
-    _kernels.depthwise(_flat32(x), _flat32(w), m, _depthwise_geometry(x.shape, w.shape, g),
-                       y.reshape(-1))
+    _kernels.depthwise(x.ravel(), w.ravel(), m, g.sizes, y.reshape(-1))
     return y
 
 
@@ -389,8 +377,8 @@ def depthwise_conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1
     input_gradient=False."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
     if x.dtype == np.float32:
-        return depthwise_conv2d_grad_planned(x, w, dy, ConvGeometry(strides, dilations, oh, ow, pads),
-                                             input_gradient)
+        g = _checked_geometry(x.shape, w.shape[:2], strides, dilations, oh, ow, pads)
+        return depthwise_conv2d_grad_planned(x, w, dy, g, input_gradient)
     n, h, wd, c = x.shape
     m = w.shape[3]
     dy = _other(dy, "dy", x.dtype)
@@ -411,18 +399,18 @@ def _depthwise_dy(dy, x, w, g):
     """dy of a float32 depthwise convolution, checked and flattened."""
     dy = _other(dy, "dy", x.dtype)
     _same_shape(dy, "dy", (x.shape[0], g.oh, g.ow, w.shape[2] * w.shape[3]))
-    return _flat32(dy)
+    return dy.ravel()
 
 
 def depthwise_conv2d_grad_planned(x, w, dy, g, input_gradient=True):
     """depthwise_conv2d_grad of float32 arrays that conv_geometry checked as `g` (dy is checked)."""
-    geometry, m = _depthwise_geometry(x.shape, w.shape, g), w.shape[3]
-    flat_dy, flat_w = _depthwise_dy(dy, x, w, g), _flat32(w)
+    geometry, m = g.sizes, w.shape[3]
+    flat_dy, flat_w = _depthwise_dy(dy, x, w, g), w.ravel()
     dx, dw = None, np.empty(w.shape, np.float32)
     if input_gradient:
         dx = np.empty(x.shape, np.float32)
         _kernels.depthwise_grad_input(flat_dy, flat_w, m, geometry, dx.reshape(-1))
-    _kernels.depthwise_grad_filter(_flat32(x), flat_dy, m, geometry, dw.reshape(-1))
+    _kernels.depthwise_grad_filter(x.ravel(), flat_dy, m, geometry, dw.reshape(-1))
     return dx, dw
 
 
@@ -444,7 +432,7 @@ def depthwise_conv2d_input_grad_sum(x, terms, strides=(1, 1), padding="SAME", di
                                                            dilations)
     terms = [(w_a, terms[0][1]), (_filter(terms[1][0], x), terms[1][1])]
     return depthwise_conv2d_input_grad_sum_planned(
-        x, terms, ConvGeometry(strides, dilations, oh, ow, pads))
+        x, terms, _checked_geometry(x.shape, w_a.shape[:2], strides, dilations, oh, ow, pads))
 
 
 def depthwise_conv2d_input_grad_sum_planned(x, terms, g):
@@ -454,9 +442,9 @@ def depthwise_conv2d_input_grad_sum_planned(x, terms, g):
         return _added_in_order(depthwise_conv2d_grad_planned(x, w, dy, g)[0] for w, dy in terms)
     (w_a, dy_a), (w_b, dy_b) = terms
     dx = np.empty(x.shape, np.float32)
-    _kernels.depthwise_grad_input_sum(_depthwise_dy(dy_a, x, w_a, g), _flat32(w_a),
-                                      _depthwise_dy(dy_b, x, w_b, g), _flat32(w_b), w_a.shape[3],
-                                      _depthwise_geometry(x.shape, w_a.shape, g), dx.reshape(-1))
+    _kernels.depthwise_grad_input_sum(_depthwise_dy(dy_a, x, w_a, g), w_a.ravel(),
+                                      _depthwise_dy(dy_b, x, w_b, g), w_b.ravel(), w_a.shape[3],
+                                      g.sizes, dx.reshape(-1))
     return dx
 
 

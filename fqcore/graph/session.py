@@ -539,8 +539,8 @@ class _Run:
         y, xs = gradients_op.inputs[0], gradients_op.inputs[1:]
         grads = self.plan.reverse_mode(gradients_op)(values, {y: np.ones_like(values[y])},
                                                      self.dead_ops)
-        return tuple(np.asarray(grads[x], values[x].dtype) if x in grads else
-                     np.zeros_like(values[x]) for x in xs)
+        return tuple([np.asarray(grads[x], values[x].dtype) if x in grads else
+                      np.zeros_like(values[x]) for x in xs])
 
 
 def _not_initialized(name):
