@@ -147,16 +147,23 @@ static void test_workers_kept_awake(void) {
     fq_keep_workers_awake(1);
     expect(fq_workers_kept_awake() == before + 2, "holds nest");
     fq_keep_workers_awake(0);
-    int awake = -1;
-    for (int attempt = 0; attempt < 100 && awake < 0; ++attempt) {
+    /* A quarter of the attempts in time must see a worker awake: on a loaded machine the worker may
+       not have run at all by then (with two busy processes on 2 CPUs, 18 of 32 saw it; with the
+       workers waiting 20 us instead of 2 ms, at most 1 of 40). */
+    int in_time = 0, awake = 0;
+    for (int attempt = 0; attempt < 40; ++attempt) {
         const int64_t start = monotonic_ns();
         expect(runs_each_item_once(2, 1000, 0), "a call while held: some item ran not once");
         while (monotonic_ns() < start + 500000) {
         }
         const int seen = fq_parallel_awake_workers();
-        if (monotonic_ns() < start + 1500000) awake = seen;
+        if (monotonic_ns() < start + 1500000) {
+            ++in_time;
+            awake += seen > 0;
+        }
     }
-    expect(awake != 0, "0.5 ms after a call while held, no worker awake");
+    expect(4 * awake >= in_time, "0.5 ms after a call while held, a worker awake in %d of %d attempts",
+           awake, in_time);
     fq_keep_workers_awake(0);
     expect(fq_workers_kept_awake() == before, "every hold let go of");
 }
