@@ -135,6 +135,8 @@ cdef extern from "fqcore.h" nogil:
                                                  float clip_min, float clip_max,
                                                  float *x_backprop, float *scale_backprop,
                                                  float *shift_backprop)
+    fq_status fq_f32_add_activation(const float *a, const float *b, size_t n,
+                                    fq_activation activation, float *y)
     fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels,
                                           const float *mean, const float *grad_mean,
                                           const float *grad_var, float count, float *x_backprop)

@@ -772,6 +772,19 @@ def channel_affine_grad(const float[::1] y_backprop, const float[::1] x, const f
     _check(rc)
 
 
+def add_activation(const float[::1] a not None, const float[::1] b not None, int activation,
+                   float[::1] y not None):
+    """y = activation(a + b) (fq_f32_add_activation); its gradient is channel_affine_grad with one
+    channel, no x and no scale."""
+    cdef fq_status rc
+    _length(b.shape[0], a.shape[0], "b")
+    _length(y.shape[0], a.shape[0], "y")
+    with nogil:
+        rc = fq_f32_add_activation(_cptr(a), _cptr(b), a.shape[0], <fq_activation>activation,
+                                   _ptr(y))
+    _check(rc)
+
+
 def fold_batch_norm_grad(const float[::1] x, size_t channels, const float[::1] mean,
                          const float[::1] grad_mean, const float[::1] grad_var, float count,
                          float[::1] x_backprop):

@@ -494,6 +494,140 @@ def test_a_fake_quant_of_a_chain_clips_inside_the_chains_gradient(monkeypatch, c
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
+def _residual_graph(activation, add_type="AddV2", shapes=((4, 5, 3, 8), (4, 5, 3, 8))):
+    """a and b (a residual connection's branches), the activation of their sum, then
+    L = sum(out * w) + sum(a * a) (a's gradient takes a second term); with L's gradients with
+    respect to a and b."""
+    g = G.Graph()
+    with g.as_default():
+        a, b = (G.placeholder("float32", shape, name=name) for shape, name in zip(shapes, "ab"))
+        total = g.create_op(add_type, [a, b], name="add").outputs[0]
+        out = (G.relu6 if activation == "Relu6" else G.relu)(total)
+        w = G.constant(np.random.default_rng(3).standard_normal((4, 5, 3, 8)).astype(np.float32))
+        loss = G.add(G.reduce_sum(G.multiply(out, w)), G.reduce_sum(G.multiply(a, a)), name="L")
+        grads = _gradients(g, loss, [a, b])
+    return g, total, out, grads
+
+
+def _residual_feeds(g, shapes=((4, 5, 3, 8), (4, 5, 3, 8))):
+    rng = np.random.default_rng(11)
+    feeds = {}
+    for shape, name in zip(shapes, "ab"):
+        value = (rng.standard_normal(shape) * 4).astype(np.float32)
+        value.flat[:len(SPECIAL)] = SPECIAL[rng.permutation(len(SPECIAL))]
+        feeds[g.get_tensor_by_name(f"{name}:0")] = value
+    return feeds
+
+
+def _units_of(session, kind):
+    plan = max(session._plans.values(), key=lambda p: len(p.steps))
+    return [unit for unit in plan.units if isinstance(unit, kind)]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered", "ignore:overflow encountered")
+@pytest.mark.parametrize("activation", ["Relu", "Relu6"])
+@pytest.mark.parametrize("add_type", ["AddV2", "Add"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_residual_sum_and_its_activation_are_one_call_with_the_ops_bits(monkeypatch, activation,
+                                                                         add_type, threads):
+    """add(a, b) then Relu / Relu6 (a residual connection): one AddActivation call each way, the
+    forward and both gradients bit for bit as the two ops give them (NaN, infinities, -0, 6 and
+    denormals among the operands)."""
+    previous = fqcore.get_num_threads()
+    fqcore.set_num_threads(threads)
+    try:
+        g, _, out, grads = _residual_graph(activation, add_type)
+        feeds = _residual_feeds(g)
+        session = G.Session(g)
+        fused = session.run([out] + grads, feeds)
+        assert [[op.type for op in u.ops] for u in _units_of(session, fusion.AddActivation)] == [
+            [add_type, activation]]
+        _unfused(monkeypatch)
+        plain = G.Session(g).run([out] + grads, feeds)
+    finally:
+        fqcore.set_num_threads(previous)
+    for got, want in zip(fused, plain):
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_residual_sum_that_is_read_or_broadcast_or_float64_is_not_fused():
+    """A fetched or twice-read sum keeps the add and the activation apart, as do operands of
+    different static shapes (numpy broadcasts them) and float64."""
+    g = G.Graph()
+    with g.as_default():
+        a, b = (G.placeholder("float32", [None, 4], name=n) for n in "ab")
+        total = G.add(a, b)
+        out = G.relu6(total)
+        twice = G.add(a, b, name="twice")
+        read_twice = [G.relu(twice), G.multiply(twice, twice)]
+        vector = G.relu(G.add(a, G.placeholder("float32", [4], name="vector")))
+        x64 = G.placeholder("float64", [2, 4], name="x64")
+        out64 = G.relu(G.add(x64, x64))
+        rows = G.relu(G.add(G.placeholder("float32", [2, 4], name="full"),
+                            G.placeholder("float32", [1, 4], name="row")))
+    feeds = {a: np.ones((2, 4), np.float32), b: np.ones((2, 4), np.float32),
+             g.get_tensor_by_name("vector:0"): np.ones(4, np.float32),
+             g.get_tensor_by_name("full:0"): np.ones((2, 4), np.float32),
+             g.get_tensor_by_name("row:0"): np.ones((1, 4), np.float32), x64: np.ones((2, 4))}
+
+    def fused(fetches):
+        session = G.Session(g)
+        session.run(fetches, feeds)
+        return [u.name for u in _units_of(session, fusion.AddActivation)]
+    assert fused(out) == [out.op.name]
+    assert fused([out, total]) == []
+    assert fused(read_twice) == []
+    assert fused(vector) == []
+    assert fused(rows) == []
+    assert fused(out64) == []
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered", "ignore:overflow encountered")
+def test_a_residual_sum_broadcast_at_run_time_takes_the_ops_functions(monkeypatch):
+    """Operands whose open batch dimension is fed as 1 for one and 4 for the other (numpy
+    broadcasts): the AddActivation gives the two ops' values and gradients (b's summed over the
+    batch)."""
+    shapes = ((None, 5, 3, 8), (None, 5, 3, 8))
+    g, _, out, grads = _residual_graph("Relu6", shapes=shapes)
+    feeds = _residual_feeds(g, shapes=((4, 5, 3, 8), (1, 5, 3, 8)))
+    session = G.Session(g)
+    fused = session.run([out] + grads, feeds)
+    assert len(_units_of(session, fusion.AddActivation)) == 1
+    _unfused(monkeypatch)
+    plain = G.Session(g).run([out] + grads, feeds)
+    assert fused[2].shape == (1, 5, 3, 8)
+    for got, want in zip(fused, plain):
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered", "ignore:overflow encountered")
+@pytest.mark.parametrize("activation", ["Relu", "Relu6"])
+def test_a_fake_quant_of_a_residual_sum_clips_inside_its_gradient(monkeypatch, activation):
+    """A FakeQuantWithMinMaxVars of an AddActivation's output (the activation quant after a
+    residual connection): its clip runs in the unit's gradient pass, its own pass is not made,
+    and both gradients are the unfused ops' bits."""
+    from fqcore import _kernels
+    g = G.Graph()
+    with g.as_default():
+        a, b = (G.placeholder("float32", [4, 5, 3, 8], name=n) for n in "ab")
+        out = (G.relu6 if activation == "Relu6" else G.relu)(G.add(a, b))
+        q = G.fake_quant_with_min_max_vars(out, G.constant(-0.5), G.constant(4.25), num_bits=5)
+        w = G.constant(np.random.default_rng(5).standard_normal((4, 5, 3, 8)).astype(np.float32))
+        grads = _gradients(g, G.reduce_sum(G.multiply(q, w)), [a, b])
+    feeds = _residual_feeds(g)
+    calls = []
+    real = _kernels.vars_grad
+    monkeypatch.setattr(_kernels, "vars_grad", lambda *args: calls.append(args) or real(*args))
+    session = G.Session(g)
+    fused = session.run(grads, feeds)
+    assert len(_units_of(session, fusion.ClippedFakeQuant)) == 1 and not calls
+    monkeypatch.undo()
+    _unfused(monkeypatch)
+    plain = G.Session(g).run(grads, feeds)
+    for got, want in zip(fused, plain):
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def _demo_steps(steps, update_state=True, fetch_extra=(), batch_sizes=(64,)):
     """The demo's QAT graph after `steps` training steps on fixed batches (of the sizes in turn):
     (every variable's value, the losses, the training plan's units, the extra fetches of the

@@ -10,6 +10,9 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   order of its sums (float64, where numpy sums in float32). A run is fused only when nothing else
   reads its intermediate tensors: no op of the plan outside it, no fetch, no feed, and no op that
   a dead branch (Switch) can reach.
+- AddActivation: a float32 add of two tensors of one fixed shape (a residual connection) and the
+  Relu or Relu6 that alone reads the sum: one pass each way (fq_f32_add_activation; the gradient
+  is the chain's kernel with one channel and no scale), the same bits as the two ops.
 - ColumnsConv2D: a float32 Conv2D that keeps the windows it multiplies (conv2d_columns) for its
   gradient, and shares them with the other Conv2Ds of the plan that read the same input with the
   same geometry (the fold's two convolutions of a layer's input): one im2col where there were up
@@ -32,9 +35,10 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   FoldFusedBatchNormGrad reads (and ops that ask only its shape), where the input has fewer
   channels than the output: the statistics from the input's moments (conv_statistics.py), never
   the convolution, to float32 rounding.
-- ClippedFakeQuant: a FakeQuantWithMinMaxVars of a FusedChannelChain's output whose range takes
-  no gradient (an activation quant's range tracker): its gradient's clip runs inside the
-  chain's gradient pass (ClippedGradient), the same bits, one pass over the tensor fewer.
+- ClippedFakeQuant: a FakeQuantWithMinMaxVars of a FusedChannelChain's or an AddActivation's
+  output whose range takes no gradient (an activation quant's range tracker): its gradient's clip
+  runs inside that unit's gradient pass (ClippedGradient), the same bits, one pass over the tensor
+  fewer.
 - DebiasedMovingAverage: contrib's zero-debiased moving average of a range value (a range
   tracker's AssignMinEma / AssignMaxEma: eight float32 scalar ops, three of them variable writes)
   and its clamp as one step in float32 scalar arithmetic (fq_f32_tracker_step), the same bits
@@ -226,6 +230,69 @@ def _scale_of(op, channels):
     return None
 
 
+class AddActivation(Unit):
+    """A residual connection's add and its activation as one call each way (see the module
+    docstring). Relu6 passes the gradient where 0 < a + b < 6, which is where 0 < y < 6 (and Relu
+    where y > 0): the gradient needs y alone. Both operands take the one gradient, as from the
+    add. Operands whose shapes differ in a run (a batch dimension the graph leaves open, fed as 1
+    for one and more for the other: numpy broadcasts) take the two ops' own functions."""
+
+    type = "AddActivation"
+
+    def __init__(self, add, activation):
+        self.ops = [add, activation]
+        self.name = activation.name
+        self.inputs = list(add.inputs)
+        self.outputs = [activation.outputs[0]]
+        self.kernel_activation = _kernels.ACTIVATIONS[activation.type]
+
+    def forward(self, op, inputs, ctx):
+        a, b = inputs
+        if a.shape != b.shape:
+            return tuple(_op_by_op(self.ops, zip(self.inputs, inputs), self.outputs, ctx))
+        y = np.empty(a.shape, FLOAT32)
+        _kernels.add_activation(a.ravel(), b.ravel(), self.kernel_activation, y.reshape(-1))
+        return (y,)
+
+    def gradient(self, op, inputs, outputs, grads, needed):
+        y, dy, clip = outputs[0], grads[0], None
+        if isinstance(dy, ClippedGradient):
+            # A fake quant of this unit's output: its clip joins this pass.
+            dy, clip = (dy.dy, dy.interval) if dy.x is y else (dy.value(), None)
+        if inputs[0].shape != inputs[1].shape:
+            if clip is not None:
+                dy = grads[0].value()
+            add, activation = self.ops
+            total = op_def(add.type).forward(add, inputs, None)[0]
+            before = gradient_function(activation)(activation, [total], [y], [dy])[0]
+            return gradient_function(add)(add, inputs, [total], [before])
+        dx = np.empty(y.shape, FLOAT32)
+        _kernels.channel_affine_grad(np.ascontiguousarray(dy, FLOAT32).reshape(-1), None,
+                                     y.reshape(-1), 1, None, self.kernel_activation,
+                                     dx.reshape(-1), None, None, clip)
+        return [dx, dx]
+
+
+def _add_activation(op, rules):
+    """The AddActivation whose add is `op`: AddV2 / Add of two float32 tensors of the output's
+    rank whose dimensions agree where the graph knows them, the sum read by a Relu or Relu6 alone;
+    else None."""
+    if op.type not in _ADDS or not rules.fusable(op):
+        return None
+    total = op.outputs[0]
+    tensors = (*op.inputs, total)
+    shapes = [t.shape for t in tensors]
+    if (any(t.dtype != FLOAT32 or t.shape is None for t in tensors)
+            or len({len(shape) for shape in shapes}) != 1
+            or any(len({d for d in dims if d is not None}) > 1 for dims in zip(*shapes))):
+        return None
+    reader = rules.sole_consumer(total)
+    if (reader is None or reader.type not in _ACTIVATIONS or not rules.fusable(reader)
+            or reader.inputs[0] is not total):
+        return None
+    return AddActivation(op, reader)
+
+
 class InputSharing(Unit):
     """A unit of one op that reads the same input as an earlier unit of its kind (its owner) or is
     that owner: a Hidden link, the owner's extra output and each follower's extra input, carries
@@ -411,9 +478,10 @@ class ConvStatistics(Unit):
 
 class ClippedGradient:
     """The input gradient of a FakeQuantWithMinMaxVars (dy where x lies in [lo, hi], the nudged
-    range), not made yet: when x is a FusedChannelChain's output, the chain's gradient applies
-    the clip in its own pass (channel_affine_grad's clip), and the fake quant's pass over the
-    tensor, which would write a gradient only for the chain to read it back, is not made. Used
+    range), not made yet: when x is a FusedChannelChain's or an AddActivation's output, that
+    unit's gradient applies the clip in its own pass (channel_affine_grad's clip), and the fake
+    quant's pass over the tensor, which would write a gradient only for the unit to read it
+    back, is not made. Used
     anywhere else (summed with another gradient, returned), it is made (value())."""
 
     __array_ufunc__ = None  # numpy defers `array + this` to __radd__
@@ -435,8 +503,8 @@ class ClippedGradient:
 
 
 class ClippedFakeQuant(Unit):
-    """A per-tensor float32 FakeQuantWithMinMaxVars of a FusedChannelChain's output (a range
-    tracker's activation quant): the op's forward; its input gradient as a ClippedGradient when
+    """A per-tensor float32 FakeQuantWithMinMaxVars of a FusedChannelChain's or an AddActivation's
+    output (a range tracker's activation quant): the op's forward; its input gradient as a ClippedGradient when
     its range takes none (min and max come from the tracker's assignments)."""
 
     type = "FakeQuantWithMinMaxVars"
@@ -473,7 +541,7 @@ def fuse(order, rules):
     for op in order:
         if op in taken:
             continue
-        unit = (_chain_from(op, rules) or _conv_statistics(op, rules)
+        unit = (_chain_from(op, rules) or _add_activation(op, rules) or _conv_statistics(op, rules)
                 or _columns_conv(op, rules, owners) or _paired_depthwise(op, rules, owners)
                 or _statistics_only(op, rules) or _range_pair(op, rules, taken)
                 or _clipped_fake_quant(op, rules, unit_of) or _debiased_average(op, rules)
@@ -824,12 +892,13 @@ def _paired_depthwise(op, rules, owners):
 
 def _clipped_fake_quant(op, rules, unit_of):
     """A ClippedFakeQuant of `op` (a FakeQuantWithMinMaxVars of float32) when its input is a
-    FusedChannelChain's output (`unit_of`: the units so far, by op)."""
+    FusedChannelChain's or an AddActivation's output (`unit_of`: the units so far, by op)."""
     if op.type != "FakeQuantWithMinMaxVars" or not rules.fusable(op) or "_gradient_op_type" in op.attrs:
         return None
     x = op.inputs[0]
     chain = unit_of.get(x.op)
-    if x.dtype != FLOAT32 or not isinstance(chain, FusedChannelChain) or chain.outputs[0] is not x:
+    if (x.dtype != FLOAT32 or not isinstance(chain, (FusedChannelChain, AddActivation))
+            or chain.outputs[0] is not x):
         return None
     return ClippedFakeQuant(op)
 

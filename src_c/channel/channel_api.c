@@ -75,7 +75,7 @@ fq_status fq_f32_channel_affine(const float *x, size_t n, size_t channels, const
     float *storage;
     if ((status = tile_vectors(channels, tile, vectors, tiled, &storage)) != FQ_OK) return status;
     const fq_channel_job job = {x, NULL, NULL, y, tiled[0], tiled[1], tiled[2], activation, n,
-                                tile, 0, NULL, NULL, 0, 0, 0.0f, 0, 0.0f, 0.0f};
+                                tile, 0, NULL, NULL, 0, 0, 0.0f, 0, 0.0f, 0.0f, NULL};
     const size_t tiles = ceil_div(n, tile);
     fq_parallel_for(fq_runtime_threads_for(n, tiles), tiles, active_kernels()->affine, (void *)&job);
     free(storage);
@@ -112,7 +112,7 @@ static fq_status affine_grad(const float *y_backprop, const float *x, const floa
     const fq_channel_job job = {x, y, y_backprop, x_backprop, tiled[0], NULL, NULL, activation, n,
                                 tile, tiles_per_block, partials,
                                 (float *)(partials + 2 * blocks * tile), scale_backprop != NULL,
-                                shift_backprop != NULL, 0.0f, clip, clip_min, clip_max};
+                                shift_backprop != NULL, 0.0f, clip, clip_min, clip_max, NULL};
     fq_parallel_for(fq_runtime_threads_for(n, blocks), blocks, active_kernels()->affine_grad,
                     (void *)&job);
     /* Blocks in order into block 0, then each channel's tile positions in order. */
@@ -171,10 +171,23 @@ fq_status fq_f32_fold_batch_norm_grad(const float *x, size_t n, size_t channels,
     if (status != FQ_OK) return status;
     const fq_channel_job job = {x, NULL, NULL, x_backprop, tiled[0], tiled[1], tiled[2],
                                 FQ_ACTIVATION_NONE, n, tile, 0, NULL, NULL, 0, 0, count - 1.0f, 0,
-                                0.0f, 0.0f};
+                                0.0f, 0.0f, NULL};
     const size_t tiles = ceil_div(n, tile);
     fq_parallel_for(fq_runtime_threads_for(n, tiles), tiles, active_kernels()->fold_grad,
                     (void *)&job);
     free(storage);
+    return FQ_OK;
+}
+
+fq_status fq_f32_add_activation(const float *a, const float *b, size_t n, fq_activation activation,
+                                float *y) {
+    fq_status status = check(n, 1, activation);
+    if (status != FQ_OK || n == 0) return status;
+    if (a == NULL || b == NULL || y == NULL) return FQ_ERR_NULL_POINTER;
+    const fq_channel_job job = {a, NULL, NULL, y, NULL, NULL, NULL, activation, n,
+                                FQ_CHANNEL_TILE_FLOATS, 0, NULL, NULL, 0, 0, 0.0f, 0, 0.0f, 0.0f, b};
+    const size_t tiles = ceil_div(n, FQ_CHANNEL_TILE_FLOATS);
+    fq_parallel_for(fq_runtime_threads_for(n, tiles), tiles, active_kernels()->add_activation,
+                    (void *)&job);
     return FQ_OK;
 }

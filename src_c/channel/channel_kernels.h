@@ -1,5 +1,5 @@
 /* Per-channel chain kernel interface (channel_api.c, channel_loops.h): the scale, shifts and
-   activation that follow a convolution, and their gradient. */
+   activation that follow a convolution, and their gradient; a residual sum and its activation. */
 #ifndef FQ_CHANNEL_KERNELS_H
 #define FQ_CHANNEL_KERNELS_H
 
@@ -25,6 +25,7 @@ typedef struct {
     /* gradient: dy first through a fake quant of y that passes [clip_min, clip_max] (clip set) */
     int clip;
     float clip_min, clip_max;
+    const float *addend;     /* add_activation: out = activation(x + addend) */
 } fq_channel_job;
 
 /* One ISA's kernels: the forward over tiles [first, end), the gradient over blocks. */
@@ -33,6 +34,7 @@ typedef struct {
     fq_range_fn affine_grad;
     fq_range_fn fold_grad;  /* over tiles: scale = mean, shift_a = grad_mean / count, shift_b =
                                2 * grad_var, divisor = count - 1 */
+    fq_range_fn add_activation;  /* over tiles */
 } fq_channel_kernels;
 
 extern const fq_channel_kernels fq_channel__scalar;

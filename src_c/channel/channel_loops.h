@@ -1,4 +1,4 @@
-/* The per-channel chain kernels, written once as plain loops over a tile and compiled by each ISA
+/* The per-channel chain kernels (and a residual sum's activation), written once as plain loops over a tile and compiled by each ISA
    file with its own flags (channel_scalar.c, ...), which the compiler turns into vectors of that
    ISA; each lane is its own element and -ffp-contract=off keeps every multiply and add rounded on
    its own, so every ISA gives the same bits. Define FQ_CHANNEL_TABLE before including this file.
@@ -24,6 +24,10 @@ static void copy(float *restrict y, const float *restrict x, size_t n) {
 
 static void add_to(float *restrict y, const float *restrict a, size_t n) {
     for (size_t k = 0; k < n; ++k) y[k] = y[k] + a[k];
+}
+
+static void add(float *restrict y, const float *restrict a, const float *restrict b, size_t n) {
+    for (size_t k = 0; k < n; ++k) y[k] = a[k] + b[k];
 }
 
 static void relu(float *restrict y, size_t n) {
@@ -81,6 +85,20 @@ static void affine_tiles(void *context, size_t first, size_t end) {
         else copy(y, job->x + start, len);
         if (job->shift_a != NULL) add_to(y, job->shift_a, len);
         if (job->shift_b != NULL) add_to(y, job->shift_b, len);
+        if (job->activation == FQ_ACTIVATION_RELU) relu(y, len);
+        else if (job->activation == FQ_ACTIVATION_RELU6) relu6(y, len);
+    }
+}
+
+/* out = activation(x + addend), a tile at a time: the sum, then the activation in place while the
+   tile is in L1. */
+static void add_activation_tiles(void *context, size_t first, size_t end) {
+    const fq_channel_job *job = context;
+    for (size_t tile = first; tile < end; ++tile) {
+        const size_t start = tile * job->tile;
+        const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
+        float *y = job->out + start;
+        add(y, job->x + start, job->addend + start, len);
         if (job->activation == FQ_ACTIVATION_RELU) relu(y, len);
         else if (job->activation == FQ_ACTIVATION_RELU6) relu6(y, len);
     }
@@ -181,4 +199,5 @@ static void fold_grad_tiles(void *context, size_t first, size_t end) {
     }
 }
 
-const fq_channel_kernels FQ_CHANNEL_TABLE = {affine_tiles, affine_grad_blocks, fold_grad_tiles};
+const fq_channel_kernels FQ_CHANNEL_TABLE = {affine_tiles, affine_grad_blocks, fold_grad_tiles,
+                                              add_activation_tiles};

@@ -1,7 +1,8 @@
-/* C test harness, per-channel chains (fq_f32_channel_affine and its gradient): every ISA and thread
-   count against scalar on one thread, bit for bit; the forward and x_backprop against a reference
-   written from fqcore.h's rules, bit for bit (NaN, infinities, -0 and denormals among the inputs);
-   the sums against float64; guards around every output; statuses. */
+/* C test harness, per-channel chains (fq_f32_channel_affine and its gradient) and a residual sum's
+   activation (fq_f32_add_activation): every ISA and thread count against scalar on one thread, bit
+   for bit; the forwards and x_backprop against a reference written from fqcore.h's rules, bit for
+   bit (NaN, infinities, -0 and denormals among the inputs); the sums against float64; guards
+   around every output; statuses. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -194,6 +195,47 @@ static void test_clipped_gradient(void) {
     expect(fq_f32_vars_grad_interval(0.0f, 1.0f, 8, 0, NULL, &lo, &hi) == FQ_ERR_NULL_POINTER, "NULL flag");
 }
 
+/* fq_f32_add_activation against the reference's sum and activation, every ISA and thread count;
+   and its gradient as fqcore.h gives it (one channel, no x, no scale) against the activation's
+   mask of a + b, the ops' own formula (Relu6: dy * (0 < a + b < 6)). */
+static void test_add_activation(void) {
+    static const size_t sizes[] = {1, 7, 16, 1023, 1024, 1025, 5000, 300000};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k)
+        for (int act = 0; act <= FQ_ACTIVATION_RELU6; ++act) {
+            const size_t n = sizes[k];
+            float *a = values(n, 1), *b = values(n, 1), *dy = values(n, 1);
+            float *ref_y = xmalloc_aligned(n * sizeof(float) + 1), *ref_dx = xmalloc_aligned(n * sizeof(float) + 1);
+            for (size_t i = 0; i < n; ++i) {
+                const float sum = a[i] + b[i];
+                ref_y[i] = ref_forward(sum, 0, NULL, NULL, NULL, (fq_activation)act);
+                if (act == FQ_ACTIVATION_RELU6) ref_dx[i] = dy[i] * ((sum > 0.0f && sum < 6.0f) ? 1.0f : 0.0f);
+                else if (act == FQ_ACTIVATION_RELU) ref_dx[i] = dy[i] * (ref_y[i] > 0.0f ? 1.0f : 0.0f);
+                else ref_dx[i] = dy[i];
+            }
+            for (int i = 0; i < n_isas; ++i)
+                for (int threads = 1; threads <= THREADS_MAX; ++threads) {
+                    set_isa_threads(isas[i], threads);
+                    float *y = guarded_output(n), *dx = guarded_output(n);
+                    expect(fq_f32_add_activation(a, b, n, (fq_activation)act, y) == FQ_OK &&
+                               bits_equal(y, ref_y, n) && output_intact(y, n),
+                           "add_activation n %zu activation %d on %s, %d threads: forward", n, act,
+                           fq_isa_name(isas[i]), threads);
+                    expect(fq_f32_channel_affine_grad(dy, NULL, y, n, 1, NULL, (fq_activation)act, dx, NULL,
+                                                      NULL) == FQ_OK &&
+                               bits_equal(dx, ref_dx, n) && output_intact(dx, n),
+                           "add_activation n %zu activation %d on %s, %d threads: gradient", n, act,
+                           fq_isa_name(isas[i]), threads);
+                    free_output(y); free_output(dx);
+                }
+            set_isa_threads(FQ_ISA_SCALAR, 1);
+            free(a); free(b); free(dy); free(ref_y); free(ref_dx);
+        }
+    float v[4] = {0}, y[4];
+    expect(fq_f32_add_activation(v, v, 4, (fq_activation)3, y) == FQ_ERR_BAD_SHAPE, "add_activation 3");
+    expect(fq_f32_add_activation(v, NULL, 4, FQ_ACTIVATION_RELU, y) == FQ_ERR_NULL_POINTER, "add_activation NULL b");
+    expect(fq_f32_add_activation(NULL, NULL, 0, FQ_ACTIVATION_RELU, NULL) == FQ_OK, "add_activation empty");
+}
+
 static void test_statuses(void) {
     float x[8] = {0}, y[8], v[4] = {0};
     expect(fq_f32_channel_affine(x, 8, 3, v, NULL, NULL, FQ_ACTIVATION_NONE, y) == FQ_ERR_BAD_SHAPE, "8 %% 3");
@@ -212,6 +254,7 @@ int main(void) {
         {"large, threads 1..4", test_large},
         {"fold gradient, threads 1..4", test_fold_gradient},
         {"gradient through a fake quant's clip, threads 1..4", test_clipped_gradient},
+        {"residual sum and activation, threads 1..4", test_add_activation},
     };
     return harness_main("C kernel harness (per-channel chain)", sections, sizeof sections / sizeof sections[0]);
 }
