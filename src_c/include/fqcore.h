@@ -273,10 +273,11 @@ fq_status fq_f32_channel_affine_grad_clipped(const float *y_backprop, const floa
                                              float *scale_backprop, float *shift_backprop);
 /* A residual connection's sum and the activation after it (a ResNet block's add and Relu, a
    MobileNet-style block's add and Relu6): y = activation(a + b), the sum rounded to float32 and the
-   activations as above, the same bits as the two ops. a, b and y have n floats and must not
-   overlap. The gradient of both operands is fq_f32_channel_affine_grad (or _clipped) with one
-   channel, no x and no scale: y_backprop times the activation's mask of y, which is the mask of
-   a + b (Relu6 passes 0 < y < 6 exactly where 0 < a + b < 6, NaN aside in both). */
+   activations as above, the same bits as the two ops (where a and b are both NaN the sum is a's
+   NaN, as numpy 2.5 gives it; numpy 2.0's vector loop gives b's). a, b and y have n floats and
+   must not overlap. The gradient of both operands is fq_f32_channel_affine_grad (or _clipped)
+   with one channel, no x and no scale: y_backprop times the activation's mask of y, which is the
+   mask of a + b (Relu6 passes 0 < y < 6 exactly where 0 < a + b < 6, NaN aside in both). */
 fq_status fq_f32_add_activation(const float *a, const float *b, size_t n, fq_activation activation,
                                 float *y);
 /* contrib.quantize's FoldFusedBatchNormGrad, the gradient x gets through a folded batch norm's
