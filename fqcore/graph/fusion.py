@@ -10,9 +10,9 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   order of its sums (float64, where numpy sums in float32). A run is fused only when nothing else
   reads its intermediate tensors: no op of the plan outside it, no fetch, no feed, and no op that
   a dead branch (Switch) can reach.
-- AddActivation: a float32 add of two tensors of one fixed shape (a residual connection) and the
-  Relu or Relu6 that alone reads the sum: one pass each way (fq_f32_add_activation; the gradient
-  is the chain's kernel with one channel and no scale), the same bits as the two ops.
+- AddActivation: a float32 add of two tensors of one shape (a residual connection) and the Relu
+  or Relu6 that alone reads the sum: one pass each way (fq_f32_add_activation; the gradient is the
+  chain's kernel with one channel and no scale), the same bits as the two ops.
 - ColumnsConv2D: a float32 Conv2D that keeps the windows it multiplies (conv2d_columns) for its
   gradient, and shares them with the other Conv2Ds of the plan that read the same input with the
   same geometry (the fold's two convolutions of a layer's input): one im2col where there were up
@@ -481,8 +481,8 @@ class ClippedGradient:
     range), not made yet: when x is a FusedChannelChain's or an AddActivation's output, that
     unit's gradient applies the clip in its own pass (channel_affine_grad's clip), and the fake
     quant's pass over the tensor, which would write a gradient only for the unit to read it
-    back, is not made. Used
-    anywhere else (summed with another gradient, returned), it is made (value())."""
+    back, is not made. Used anywhere else (summed with another gradient, returned), it is made
+    (value())."""
 
     __array_ufunc__ = None  # numpy defers `array + this` to __radd__
 
@@ -504,8 +504,8 @@ class ClippedGradient:
 
 class ClippedFakeQuant(Unit):
     """A per-tensor float32 FakeQuantWithMinMaxVars of a FusedChannelChain's or an AddActivation's
-    output (a range tracker's activation quant): the op's forward; its input gradient as a ClippedGradient when
-    its range takes none (min and max come from the tracker's assignments)."""
+    output (a range tracker's activation quant): the op's forward; its input gradient as a
+    ClippedGradient when its range takes none (min and max come from the tracker's assignments)."""
 
     type = "FakeQuantWithMinMaxVars"
 
@@ -1245,8 +1245,10 @@ class VectorProgram(Unit):
                 for k, in_registers, row, shape in returned:
                     if not in_registers:
                         result[k] = np.asarray(sources[row]).reshape(shape)
+                    elif shape is None:
+                        result[k] = registers[row]
                     else:
-                        result[k] = registers[row] if shape is None else registers[row].reshape(shape)
+                        result[k] = registers[row].reshape(shape)
                 return result
         return self._op_by_op_gradient(inputs, outputs[-1], exit_grads, needed)
 
