@@ -154,7 +154,7 @@ class FusedChannelChain(Unit):
     def __init__(self, ops, x, scale, shifts, activation):
         self.ops = ops
         self.name = ops[-1].name
-        self.scale, self.shifts, self.activation = scale, shifts, activation
+        self.scale, self.shifts = scale, shifts
         self.inputs = [x] + ([scale] if scale is not None else []) + shifts
         self.outputs = [ops[-1].outputs[0]]
         self.channels = x.shape[-1]

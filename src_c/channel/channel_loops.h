@@ -1,7 +1,8 @@
-/* The per-channel chain kernels (and a residual sum's activation), written once as plain loops over a tile and compiled by each ISA
-   file with its own flags (channel_scalar.c, ...), which the compiler turns into vectors of that
-   ISA; each lane is its own element and -ffp-contract=off keeps every multiply and add rounded on
-   its own, so every ISA gives the same bits. Define FQ_CHANNEL_TABLE before including this file.
+/* The per-channel chain kernels (and a residual sum's activation), written once as plain loops
+   over a tile and compiled by each ISA file with its own flags (channel_scalar.c, ...), which the
+   compiler turns into vectors of that ISA; each lane is its own element and -ffp-contract=off
+   keeps every multiply and add rounded on its own, so every ISA gives the same bits. Define
+   FQ_CHANNEL_TABLE before including this file.
 
    The steps are exactly numpy's on the unfused ops, so that the chain equals them bit for bit:
    x * scale, + shift_a, + shift_b, each rounded to float32; Relu as np.maximum(v, 0) (NaN kept,
@@ -39,6 +40,12 @@ static void relu6(float *restrict y, size_t n) {
         const float v = y[k];
         y[k] = v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v);
     }
+}
+
+/* The chain's last step, in place: none, Relu or Relu6. */
+static void activate(float *restrict y, size_t n, fq_activation activation) {
+    if (activation == FQ_ACTIVATION_RELU) relu(y, n);
+    else if (activation == FQ_ACTIVATION_RELU6) relu6(y, n);
 }
 
 static void pass_relu(float *restrict g, const float *restrict dy, const float *restrict y, size_t n) {
@@ -85,8 +92,7 @@ static void affine_tiles(void *context, size_t first, size_t end) {
         else copy(y, job->x + start, len);
         if (job->shift_a != NULL) add_to(y, job->shift_a, len);
         if (job->shift_b != NULL) add_to(y, job->shift_b, len);
-        if (job->activation == FQ_ACTIVATION_RELU) relu(y, len);
-        else if (job->activation == FQ_ACTIVATION_RELU6) relu6(y, len);
+        activate(y, len, job->activation);
     }
 }
 
@@ -99,8 +105,7 @@ static void add_activation_tiles(void *context, size_t first, size_t end) {
         const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
         float *y = job->out + start;
         add(y, job->x + start, job->addend + start, len);
-        if (job->activation == FQ_ACTIVATION_RELU) relu(y, len);
-        else if (job->activation == FQ_ACTIVATION_RELU6) relu6(y, len);
+        activate(y, len, job->activation);
     }
 }
 
