@@ -47,6 +47,8 @@ def test_kernel_choices_follow_the_active_isa():
                 assert choices == "scalar kernels: no choices"
             else:
                 assert choices.startswith("per-channel forward: rows sharing grid loads")
+                strips = "strips in L2" if isa == "avx2" else "no strips"
+                assert f"; per-channel gradient: {strips}; " in choices
                 assert choices.endswith(("batch-norm channels-first gradient: blocks of channels",
                                          "batch-norm channels-first gradient: two passes"))
     finally:

@@ -34,4 +34,12 @@ void fq_force_row_walk(int walk);
 int fq_bn_gradient_blocks(void);
 void fq_force_bn_blocks(int blocks);
 
+/* Whether per-channel gradients of short periods whose data is in L2 walk in strips, each strip
+   of positions down all the rows with its grids in registers (fake_quant/fq_simd.h, grad_strips),
+   rather than row by row loading every vector's grids. fq_force_grad_strips(1 or 0) fixes it for
+   every ISA on any CPU (the C harness checks both give the same bits), fq_force_grad_strips(-1)
+   undoes that. */
+int fq_grad_strips_for(fq_isa isa);
+void fq_force_grad_strips(int strips);
+
 #endif

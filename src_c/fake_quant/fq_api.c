@@ -9,6 +9,7 @@
 #include "../common/parallel.h"
 #include "../common/period.h"
 #include "../common/runtime.h"
+#include "fq_channel_walk.h"
 #include "fq_element.h"
 #include "fq_kernels.h"
 
@@ -294,7 +295,8 @@ static fq_status setup_channels(channel_setup *s, const fq_fake_quant_kernels *k
         s->position_max = ranges + period;
     }
     k->nudge_channels(s->position_min, s->position_max, period, num_bits, narrow_range, s->grid);
-    s->table = (fq_grid_table){period, s->grid, 0.0f, fq_row_walk_for(fq_get_isa())};
+    const fq_isa isa = fq_get_isa();
+    s->table = (fq_grid_table){period, s->grid, 0.0f, fq_row_walk_for(isa), fq_grad_strips_for(isa)};
     /* Locals, not s's fields: a store through an unsigned char pointer may alias any object, so
        the loop would reload s->zero_channel after each. */
     unsigned char *zero_channel = s->zero_channel;
@@ -336,7 +338,7 @@ typedef struct {
     double *partials; /* gradient only: per block, min sums then max sums, `acc_stride` apart */
     size_t acc_stride;
     size_t head; /* gradient only: > 0 for an aligned walk, `head` elements into each block */
-    int from_memory; /* gradient only: the arrays are beyond the caches */
+    fq_grad_place place; /* gradient only: where g, x and dx are (grad_place) */
 } channel_job;
 
 static void channel_tile(const channel_job *job, size_t item, size_t *r0, size_t *rows, size_t *p0,
@@ -369,11 +371,11 @@ static void channel_grad_tiles(void *context, size_t first, size_t end) {
         if (job->head > 0)
             job->k->channel_mask_sums_aligned(job->g + offset, job->x + offset, job->out + offset,
                                               rows, job->table, job->head, acc,
-                                              acc + job->acc_stride, job->from_memory);
+                                              acc + job->acc_stride, job->place);
         else
             job->k->channel_mask_sums(job->g + offset, job->x + offset, job->out + offset, rows,
                                       job->table, p0, p1, acc, acc + job->acc_stride,
-                                      job->from_memory);
+                                      job->place);
     }
 }
 
@@ -442,6 +444,13 @@ fq_status fq_f32_vars_per_channel(const float *x, float *out, size_t n, size_t c
     return status;
 }
 
+/* Where a per-channel gradient of n elements has its g, x and dx, by their size alone: past L2 from
+   the bytes where the per-channel forward's x and out are (FQ_PAST_L2_ELEMENTS of each). */
+static fq_grad_place grad_place(size_t n) {
+    if (3 * n * sizeof(float) >= FQ_GRAD_FROM_MEMORY_BYTES) return FQ_GRAD_FROM_MEMORY;
+    return 3 * n >= 2 * FQ_PAST_L2_ELEMENTS ? FQ_GRAD_PAST_L2 : FQ_GRAD_IN_L2;
+}
+
 /* Row blocks of the per-channel sums: a function of the shape only. */
 static size_t channel_sum_blocks(size_t n, size_t period, size_t rows) {
     if (period >= FQ_CHANNEL_MAX_PADDED_PERIOD || rows <= 1) return 1;
@@ -492,8 +501,7 @@ static fq_status channel_grad(const fq_fake_quant_kernels *k, const float *g, co
     const size_t rows = n / period, rest = n % period;
     const int threads = fq_runtime_threads_for(n, n / FQ_CHUNK_ALIGN);
     const size_t acc_stride = skewed_stride(period);
-    channel_job job = {k, g, x, dx, NULL, 0, 0, 0, 0, NULL, acc_stride, 0,
-                       3 * n * sizeof(float) >= FQ_GRAD_FROM_MEMORY_BYTES};
+    channel_job job = {k, g, x, dx, NULL, 0, 0, 0, 0, NULL, acc_stride, 0, grad_place(n)};
     plan_channel_job(&job, period, rows, channel_sum_blocks(n, period, rows), threads);
     /* Past L2, blocks of whole periods walk from their first element whose input is 64-byte
        aligned, where the kernels can: numpy's 16-byte offset otherwise splits every vector across
@@ -530,7 +538,7 @@ static fq_status channel_grad(const fq_fake_quant_kernels *k, const float *g, co
     double *last = job.partials + (blocks - 1) * 2 * acc_stride;
     if (rest > 0)
         job.k->channel_mask_sums(g + rows * period, x + rows * period, dx + rows * period, 1,
-                                 &s.table, 0, rest, last, last + acc_stride, job.from_memory);
+                                 &s.table, 0, rest, last, last + acc_stride, job.place);
     /* An aligned walk left positions [0, head) past the period; their slots at p are still +0. */
     if (job.head > 0)
         for (size_t b = 0; b < blocks; ++b) {

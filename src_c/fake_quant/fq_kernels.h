@@ -54,6 +54,8 @@ typedef struct {
     float scaled_clamp_max;
     /* How the SIMD per-channel forward walks rows: the faster on this CPU (common/kernel_choices.h). */
     fq_row_walk row_walk;
+    /* Whether the SIMD per-channel gradient walks short periods in L2 in strips (kernel_choices.h). */
+    int grad_strips;
 } fq_grid_table;
 
 /* Where parameter `param` of position p is stored; the following positions of its chunk follow. */
@@ -65,6 +67,14 @@ static inline size_t fq_grid_offset(size_t p, int param) {
 static inline const float *fq_grid_param(const fq_grid_table *t, size_t p, int param) {
     return t->grid + fq_grid_offset(p, param);
 }
+
+/* Where a per-channel gradient call's g, x and dx are, all three together (fq_api.c decides
+   from the call's size): the kernels pick their walk by it. */
+typedef enum {
+    FQ_GRAD_IN_L2 = 0,       /* fewer bytes than the forward's past L2 (fq_channel_walk.h) */
+    FQ_GRAD_PAST_L2 = 1,     /* more, but still in the last-level cache */
+    FQ_GRAD_FROM_MEMORY = 2  /* beyond the caches */
+} fq_grad_place;
 
 /* One ISA's kernels. Inputs are valid (checked by the entry points) and the caller has already
    switched the thread to flush-to-zero. `rows` counts whole periods; a kernel touches positions
@@ -83,11 +93,11 @@ typedef struct {
     void (*channel_forward)(const float *x, float *out, size_t rows, const fq_grid_table *table,
                             size_t p0, size_t p1);
     /* Per-channel mask and sums: position p's products are added, row by row, in float64 into
-       acc_min[p] / acc_max[p] (a row whose products at p are +-0 may be skipped). `from_memory`
-       says the call's arrays are too large for the caches (it picks a walk, not a result). */
+       acc_min[p] / acc_max[p] (a row whose products at p are +-0 may be skipped). `place` says
+       where the call's arrays are (it picks a walk, not a result). */
     void (*channel_mask_sums)(const float *g, const float *x, float *dx, size_t rows,
                               const fq_grid_table *table, size_t p0, size_t p1, double *acc_min,
-                              double *acc_max, int from_memory);
+                              double *acc_max, fq_grad_place place);
     /* fq_nudge of channels [0, channels), each grid written to the same position of a grid table's
        storage `grid` (bit for bit what fq_nudge gives, NaN bits included). */
     void (*nudge_channels)(const float *min, const float *max, size_t channels, int num_bits,
@@ -105,7 +115,7 @@ typedef struct {
        each position still adds its rows in order. NULL for the scalar kernels. */
     void (*channel_mask_sums_aligned)(const float *g, const float *x, float *dx, size_t rows,
                                       const fq_grid_table *table, size_t head, double *acc_min,
-                                      double *acc_max, int from_memory);
+                                      double *acc_max, fq_grad_place place);
 } fq_fake_quant_kernels;
 
 extern const fq_fake_quant_kernels fq_fake_quant__scalar;

@@ -37,8 +37,8 @@ static void channel_forward__scalar(const float *x, float *out, size_t rows,
 
 static void channel_mask_sums__scalar(const float *g, const float *x, float *dx, size_t rows,
                                       const fq_grid_table *t, size_t p0, size_t p1,
-                                      double *acc_min, double *acc_max, int from_memory) {
-    (void)from_memory;
+                                      double *acc_min, double *acc_max, fq_grad_place place) {
+    (void)place;
     for (size_t r = 0; r < rows; ++r) {
         const size_t base = r * t->period;
         fq_channel_row(g + base, x + base, dx + base, t, p0, p1, acc_min, acc_max);
