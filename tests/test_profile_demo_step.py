@@ -1,5 +1,7 @@
 """tools/profile_demo_step.py --bytecodes, whose count the README quotes for the interpreter's work
-in the demo's training step."""
+in the demo's training step; its perf classification; and --kernels-only's tape of a step's kernel
+calls."""
+import collections
 import os
 import re
 import sys
@@ -66,3 +68,34 @@ def test_the_second_split_counts_python_c_api_calls_for_their_caller():
     counts = profile_demo_step.classify(SAMPLES, 1.0, 3.0, c_api_serves=True)
     assert counts == {"numpy": 2, "fqcore kernels": 2, "fqcore engine": 1,
                       "Python interpreter": 2, "unwound no further than libc/kernel": 1}
+
+
+def test_the_kernel_tape_holds_every_call_a_step_makes_into_the_kernels():
+    """kernel_tape records each call of step k into fqcore._kernels, however the module reaches it:
+    the same calls, function by function, as counting wrappers in the kernel module itself see in
+    the step before; replay makes the recorded calls in order."""
+    from fqcore import _kernels
+    _, step = profile_demo_step.prepared_step(batch=8)
+    counted = collections.Counter()
+    originals = {name: f for name, f in vars(_kernels).items()
+                 if callable(f) and not isinstance(f, type) and not name.startswith("_")}
+
+    def counting(name, function):
+        def call(*args, **kwargs):
+            counted[name] += 1
+            return function(*args, **kwargs)
+        return call
+    for name, function in originals.items():
+        setattr(_kernels, name, counting(name, function))
+    try:
+        step(10)
+    finally:
+        for name, function in originals.items():
+            setattr(_kernels, name, function)
+    tape = profile_demo_step.kernel_tape(step, 11)
+    assert collections.Counter(function.__name__ for function, _, _ in tape) == counted
+    assert {"matmul", "range_trackers", "momentum_group"} <= set(counted)
+    made = []
+    profile_demo_step.replay([(lambda *a, **k: made.append((a, k)), (1, 2), {"x": 3}),
+                              (lambda *a, **k: made.append(a), (4,), {})])
+    assert made == [((1, 2), {"x": 3}), (4,)]

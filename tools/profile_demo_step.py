@@ -4,6 +4,7 @@ running (Python interpreter vs numpy, BLAS and fqcore's kernels), sampled with L
     python tools/profile_demo_step.py               # ms per step only
     python tools/profile_demo_step.py --perf        # re-runs itself under `perf record`
     python tools/profile_demo_step.py --bytecodes   # the Python bytecodes one step executes
+    python tools/profile_demo_step.py --kernels-only [--perf]   # the step's kernel calls alone
 
 Only the samples taken during the timed steps count (after ten untimed runs), and only the main
 thread's. A sample counts for the first library on its call chain, from the innermost frame out,
@@ -18,6 +19,12 @@ object with PyObject_Malloc and looks up its callers' attributes with PyObject_G
 kernels' bindings parse their arguments with Python's functions: the first split counts that
 time as the interpreter's, the second as numpy's and fqcore's. A libpython function called from
 the bytecode loop stays the interpreter's in both.
+
+--kernels-only times (or, with --perf, profiles) the floor under the step's Python: one step's
+calls into fqcore's kernels (fqcore._kernels), recorded with their arguments, then replayed as a
+plain loop, each call with the arrays the step gave it. That is the Python any engine pays that
+calls the kernels one Python call at a time and keeps its buffers from step to step, with no op
+logic, no values to look up and no numpy work between the calls.
 
 --bytecodes counts, with sys.settrace, the bytecodes one step (after the same untimed runs)
 executes in each Python function: a measure of the interpreter's work that the machine's speed
@@ -63,6 +70,41 @@ def prepared_step(batch):
     return g, step
 
 
+def kernel_tape(step, k):
+    """The calls training step k makes into fqcore's kernels, in order, as (function, args,
+    kwargs): the step runs with the `_kernels` name of every fqcore module that holds the kernel
+    module replaced by a recorder."""
+    from fqcore import _kernels
+    tape = []
+
+    class Recorder:
+        def __getattr__(self, name):
+            function = getattr(_kernels, name)
+            if not callable(function):
+                return function
+
+            def recorded(*args, **kwargs):
+                tape.append((function, args, kwargs))
+                return function(*args, **kwargs)
+            return recorded
+    holders = [m for name, m in list(sys.modules.items())
+               if name.startswith("fqcore") and getattr(m, "_kernels", None) is _kernels]
+    for module in holders:
+        module._kernels = Recorder()
+    try:
+        step(k)
+    finally:
+        for module in holders:
+            module._kernels = _kernels
+    return tape
+
+
+def replay(tape):
+    """Makes the calls of a kernel_tape again, in order."""
+    for function, args, kwargs in tape:
+        function(*args, **kwargs)
+
+
 def count_bytecodes(batch, top=15):
     """Prints the Python bytecodes one training step executes: the total, then by function."""
     g, step = prepared_step(batch)
@@ -89,14 +131,23 @@ def count_bytecodes(batch, top=15):
         print(f"  {n:9d}  {calls[where]:5d}  {where}")
 
 
-def run_steps(steps, batch):
+def run_steps(steps, batch, kernels_only=False):
     g, step = prepared_step(batch)
+    what = "training step"
+    if kernels_only:
+        tape = kernel_tape(step, 10)
+        what = f"replay of a step's {len(tape)} kernel calls"
+        for _ in range(10):
+            replay(tape)
+
+        def step(k):
+            replay(tape)
     start = time.clock_gettime(time.CLOCK_MONOTONIC)
     for k in range(steps):
         step(k)
     end = time.clock_gettime(time.CLOCK_MONOTONIC)
     print(f"demo model, batch {batch}: {len(g.get_operations())} graph ops, "
-          f"{(end - start) / steps * 1e3:.2f} ms per training step ({steps} steps)")
+          f"{(end - start) / steps * 1e3:.2f} ms per {what} ({steps} steps)")
     print(f"{WINDOW} {start:.6f} {end:.6f}")
 
 
@@ -141,14 +192,15 @@ def _class_of(chain, c_api_serves):
     return INTERPRETER if served else "unwound no further than libc/kernel"
 
 
-def profile_with_perf(steps, batch):
+def profile_with_perf(steps, batch, kernels_only=False):
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "perf.data")
         steps_output = subprocess.run(
             ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-F", "999", "--call-graph", "dwarf,16384",
              "-o", data, "--",
              sys.executable, os.path.abspath(__file__), "--steps", str(steps), "--batch",
-             str(batch)], check=True, capture_output=True, text=True).stdout
+             str(batch)] + (["--kernels-only"] if kernels_only else []),
+            check=True, capture_output=True, text=True).stdout
         script = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,ip,sym,dso"],
                                 check=True, capture_output=True, text=True).stdout
     print(steps_output.splitlines()[0])
@@ -173,13 +225,15 @@ def main():
     parser.add_argument("--perf", action="store_true", help="sample with perf and classify")
     parser.add_argument("--bytecodes", action="store_true",
                         help="count the Python bytecodes of one step, by function")
+    parser.add_argument("--kernels-only", action="store_true",
+                        help="replay one step's kernel calls alone (the floor under its Python)")
     args = parser.parse_args()
     if args.bytecodes:
         count_bytecodes(args.batch)
     elif args.perf:
-        profile_with_perf(args.steps, args.batch)
+        profile_with_perf(args.steps, args.batch, args.kernels_only)
     else:
-        run_steps(args.steps, args.batch)
+        run_steps(args.steps, args.batch, args.kernels_only)
 
 
 if __name__ == "__main__":
