@@ -90,9 +90,10 @@ void fq_force_bn_blocks(int blocks) {
 static int forced_grad_strips = -1;
 
 /* The AVX2 path, whose registers hold the grids of 32 positions: Intel Xeon (Sapphire Rapids class)
-   gains 9-20% in L2 (fq_simd.h, grad_strips, has the figures); AMD's Zens were not measured and
-   take the strips too, which only drop loads. AVX-512 holds periods up to 128 in its registers
-   already and lost at a period of 256; NEON, never measured with strips, keeps its walks. */
+   gains 9-20% in L2 (fq_simd.h, grad_strips, has the figures). AMD's Zens take the strips too,
+   unmeasured: they save two loads a vector but stride down the rows (a period, up to 1 KiB, apart).
+   AVX-512 holds periods up to 128 in its registers already and lost at a period of 256; NEON,
+   never measured with strips, keeps its walks. */
 int fq_grad_strips_for(fq_isa isa) {
     const int strips = __atomic_load_n(&forced_grad_strips, __ATOMIC_RELAXED);
     return strips >= 0 ? strips : isa == FQ_ISA_AVX2;
