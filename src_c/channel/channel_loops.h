@@ -82,11 +82,16 @@ static void sum_values(double *restrict sum, const float *restrict a, size_t n) 
     for (size_t k = 0; k < n; ++k) sum[k] += (double)a[k];
 }
 
+/* The elements of the tile that starts at element `start`: a whole tile but for the last. */
+static inline size_t tile_length(const fq_channel_job *job, size_t start) {
+    return job->n - start < job->tile ? job->n - start : job->tile;
+}
+
 static void affine_tiles(void *context, size_t first, size_t end) {
     const fq_channel_job *job = context;
     for (size_t tile = first; tile < end; ++tile) {
         const size_t start = tile * job->tile;
-        const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
+        const size_t len = tile_length(job, start);
         float *y = job->out + start;
         if (job->scale != NULL) multiply(y, job->x + start, job->scale, len);
         else copy(y, job->x + start, len);
@@ -102,7 +107,7 @@ static void add_activation_tiles(void *context, size_t first, size_t end) {
     const fq_channel_job *job = context;
     for (size_t tile = first; tile < end; ++tile) {
         const size_t start = tile * job->tile;
-        const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
+        const size_t len = tile_length(job, start);
         float *y = job->out + start;
         add(y, job->x + start, job->addend + start, len);
         activate(y, len, job->activation);
@@ -159,7 +164,7 @@ static void affine_grad_blocks(void *context, size_t first_block, size_t end_blo
         const size_t end = first + job->tiles_per_block < tiles ? first + job->tiles_per_block : tiles;
         for (size_t tile = first; tile < end; ++tile) {
             const size_t start = tile * job->tile;
-            const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
+            const size_t len = tile_length(job, start);
             const float *dy = job->dy + start, *y = job->y + start;
             if (job->out != NULL && job->scale != NULL && job->want_scale_sum && job->want_shift_sum) {
                 grad_scaled(job, start, len, y, scale_sum, shift_sum);
@@ -198,7 +203,7 @@ static void fold_grad_tiles(void *context, size_t first, size_t end) {
     const fq_channel_job *job = context;
     for (size_t tile = first; tile < end; ++tile) {
         const size_t start = tile * job->tile;
-        const size_t len = job->n - start < job->tile ? job->n - start : job->tile;
+        const size_t len = tile_length(job, start);
         fold_grad_tile(job->out + start, job->x + start, job->scale, job->shift_a, job->shift_b,
                        job->divisor, len);
     }
