@@ -70,6 +70,16 @@ void fq_force_row_walk(int walk) {
     __atomic_store_n(&forced, walk >= 0 && walk < FQ_ROW_WALK_COUNT ? walk : -1, __ATOMIC_RELAXED);
 }
 
+/* A yes-or-no choice forced to 1 or 0 for every CPU (the C harness), or -1: the CPU's own. */
+static int forced_or(const int *forced, int own) {
+    const int choice = __atomic_load_n(forced, __ATOMIC_RELAXED);
+    return choice >= 0 ? choice : own;
+}
+
+static void force(int *forced, int choice) {
+    __atomic_store_n(forced, choice == 0 || choice == 1 ? choice : -1, __ATOMIC_RELAXED);
+}
+
 static int forced_bn_blocks = -1;
 
 /* Intel Xeon (Sapphire-Rapids class, 2 MiB L2), one thread, compare.py: NCHW 64x256x14x14 2.28 ->
@@ -78,14 +88,9 @@ static int forced_bn_blocks = -1;
    of 256 KiB to 1 MiB, 1.86-1.94 in two passes; in compare.py 3.06 against 2.06 ms (32x64x56x56:
    3.15 against 3.07). A block's slice of each batch is a few KiB there, too short for Zen's
    prefetchers; asking for the next slice ahead took blocks to 2.07 ms, still behind. */
-int fq_bn_gradient_blocks(void) {
-    const int blocks = __atomic_load_n(&forced_bn_blocks, __ATOMIC_RELAXED);
-    return blocks >= 0 ? blocks : !on_zen();
-}
+int fq_bn_gradient_blocks(void) { return forced_or(&forced_bn_blocks, !on_zen()); }
 
-void fq_force_bn_blocks(int blocks) {
-    __atomic_store_n(&forced_bn_blocks, blocks == 0 || blocks == 1 ? blocks : -1, __ATOMIC_RELAXED);
-}
+void fq_force_bn_blocks(int blocks) { force(&forced_bn_blocks, blocks); }
 
 static int forced_grad_strips = -1;
 
@@ -94,14 +99,9 @@ static int forced_grad_strips = -1;
    unmeasured: they save two loads a vector but stride down the rows (a period, up to 1 KiB, apart).
    AVX-512 holds periods up to 128 in its registers already and lost at a period of 256; NEON,
    never measured with strips, keeps its walks. */
-int fq_grad_strips_for(fq_isa isa) {
-    const int strips = __atomic_load_n(&forced_grad_strips, __ATOMIC_RELAXED);
-    return strips >= 0 ? strips : isa == FQ_ISA_AVX2;
-}
+int fq_grad_strips_for(fq_isa isa) { return forced_or(&forced_grad_strips, isa == FQ_ISA_AVX2); }
 
-void fq_force_grad_strips(int strips) {
-    __atomic_store_n(&forced_grad_strips, strips == 0 || strips == 1 ? strips : -1, __ATOMIC_RELAXED);
-}
+void fq_force_grad_strips(int strips) { force(&forced_grad_strips, strips); }
 
 #define ROWS_SHARE "per-channel forward: rows sharing grid loads"
 #define PAIRS_AT_4K ROWS_SHARE ", in pairs 4 KiB apart"
