@@ -1,9 +1,11 @@
 """tools/floor_loops.py, whose table the issue notes quote for a target out of reach: it builds its
 compute-only loops and reports each op against its numpy floor on every x86 SIMD ISA this CPU runs."""
+import ctypes
 import os
 import re
 import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -23,12 +25,48 @@ def test_every_isa_gets_both_ops_with_positive_times(capsys):
     finally:
         fqcore.set_isa(isa)
         fqcore.set_num_threads(threads)
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| avx")]
+    compute, channel = capsys.readouterr().out.split("Per-channel (Vars) gradient")
+    rows = [line for line in compute.splitlines() if line.startswith("| avx")]
     assert [row.split(" | ")[0:2] for row in rows] == [[f"| {i}", op] for i in SIMD
                                                       for op in ("args forward", "vars gradient")]
     for row in rows:
         numbers = [float(v) for v in re.findall(r"\d+\.\d+", row)]
         assert len(numbers) == 5 and all(v > 0 for v in numbers)
+    rows = [line for line in channel.splitlines() if line.startswith("| avx")]
+    assert [row.split(" | ")[0] for row in rows] == [f"| {i}" for i in SIMD]
+    for row in rows:
+        numbers = [float(v) for v in re.findall(r"\d+\.\d+", row)]
+        assert len(numbers) == 7 and all(v > 0 for v in numbers)
+        assert numbers[2] == pytest.approx(numbers[1] / numbers[0], rel=0.02)
+
+
+@pytest.mark.skipif(not SIMD or shutil.which("cc") is None, reason="needs an x86 SIMD ISA and cc")
+def test_the_per_channel_streams_loop_writes_the_gradient_it_times():
+    """The floor is only one if the loop does the work: dx = g where x is in [-6, 6], else 0, on
+    every position of every strip (a strip skipped or a row cut short leaves other values)."""
+    import numpy as np
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(16 * floor_loops.CHANNEL_PERIOD) * 4).astype(np.float32)
+    g = rng.standard_normal(x.size).astype(np.float32)
+    lo = np.full(floor_loops.CHANNEL_PERIOD, -6.0, np.float32)
+    hi = np.full(floor_loops.CHANNEL_PERIOD, 6.0, np.float32)
+    with tempfile.TemporaryDirectory() as directory:
+        lib = floor_loops.build_library(directory)
+        for isa in SIMD:
+            dx = np.full_like(x, np.nan)
+            streams = getattr(lib, f"channel_grad_streams_{isa}")
+            streams.restype = None
+            streams(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(g.ctypes.data),
+                    ctypes.c_void_p(dx.ctypes.data), ctypes.c_size_t(x.size),
+                    ctypes.c_void_p(lo.ctypes.data), ctypes.c_void_p(hi.ctypes.data),
+                    ctypes.c_size_t(floor_loops.CHANNEL_PERIOD))
+            np.testing.assert_array_equal(dx, g * ((x >= -6.0) & (x <= 6.0)), err_msg=isa)
+
+
+def test_n_must_be_a_multiple_of_the_channel_period(capsys):
+    with pytest.raises(SystemExit):
+        floor_loops.main(["--n", "100"])
+    assert "--n must be a positive multiple of 128, got 100" in capsys.readouterr().err
 
 
 @pytest.mark.skipif("avx2" not in fqcore.available_isas() or shutil.which("cc") is None,
