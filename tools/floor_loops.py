@@ -1,6 +1,7 @@
 """The floor under a fake-quant kernel on this CPU: how long its unavoidable arithmetic takes with no
-memory traffic at all, next to the numpy ufunc that is its memory floor and the kernel itself; and,
-with --batch-norm, the memory floor of the batch-norm gradient at benchmarks/compare.py's shapes.
+memory traffic at all, next to the numpy ufunc that is its memory floor and the kernel itself; the
+per-channel gradient's walk (its streams and grids, nothing else); and, with --batch-norm, the
+memory floor of the batch-norm gradient at benchmarks/compare.py's shapes.
 
     python tools/floor_loops.py [--n 65536] [--isa avx512|avx2] [--batch-norm [--bn-batch N]]
 
