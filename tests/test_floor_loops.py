@@ -1,6 +1,5 @@
 """tools/floor_loops.py, whose table the issue notes quote for a target out of reach: it builds its
 compute-only loops and reports each op against its numpy floor on every x86 SIMD ISA this CPU runs."""
-import ctypes
 import os
 import re
 import shutil
@@ -54,12 +53,9 @@ def test_the_per_channel_streams_loop_writes_the_gradient_it_times():
         lib = floor_loops.build_library(directory)
         for isa in SIMD:
             dx = np.full_like(x, np.nan)
-            streams = getattr(lib, f"channel_grad_streams_{isa}")
-            streams.restype = None
-            streams(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(g.ctypes.data),
-                    ctypes.c_void_p(dx.ctypes.data), ctypes.c_size_t(x.size),
-                    ctypes.c_void_p(lo.ctypes.data), ctypes.c_void_p(hi.ctypes.data),
-                    ctypes.c_size_t(floor_loops.CHANNEL_PERIOD))
+            floor_loops.channel_streams(lib, isa)(x.ctypes.data, g.ctypes.data, dx.ctypes.data,
+                                                  x.size, lo.ctypes.data, hi.ctypes.data,
+                                                  floor_loops.CHANNEL_PERIOD)
             np.testing.assert_array_equal(dx, g * ((x >= -6.0) & (x <= 6.0)), err_msg=isa)
 
 

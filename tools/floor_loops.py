@@ -60,6 +60,31 @@ SOURCE = r"""
 #define USE(v) __asm__ volatile("" ::"v"(v))
 #define CHAINS 8
 
+/* The Vars gradient's operations on one vector, as the kernels do them: dx = g times the mask
+   (x inside [lo, hi]) as 1.0 / 0.0; and `quiet` keeps the lanes where x is inside and g finite
+   (the sums may skip a group whose lanes all are). The compute-only loops and the per-channel
+   streams share them. */
+static inline __attribute__((always_inline, target("avx512f,avx512dq"))) __m512
+vars_grad_vector_avx512(__m512 x, __m512 g, __m512 lo, __m512 hi, __mmask16 *quiet) {
+    const __mmask16 inside =
+        _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x, hi, _CMP_LE_OQ);
+    const __m512 dx = _mm512_mul_ps(g, _mm512_maskz_mov_ps(inside, _mm512_set1_ps(1.0f)));
+    *quiet &= _kandn_mask16(_mm512_fpclass_ps_mask(g, 0x99), inside);
+    return dx;
+}
+
+static inline __attribute__((always_inline, target("avx2,fma"))) __m256
+vars_grad_vector_avx2(__m256 x, __m256 g, __m256 lo, __m256 hi, __m256 *quiet) {
+    const __m256 inside =
+        _mm256_and_ps(_mm256_cmp_ps(x, lo, _CMP_GE_OQ), _mm256_cmp_ps(x, hi, _CMP_LE_OQ));
+    const __m256 dx = _mm256_mul_ps(g, _mm256_and_ps(inside, _mm256_set1_ps(1.0f)));
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 finite =
+        _mm256_cmp_ps(_mm256_and_ps(g, magnitude), _mm256_set1_ps(__builtin_inff()), _CMP_LT_OQ);
+    *quiet = _mm256_and_ps(*quiet, _mm256_and_ps(finite, inside));
+    return dx;
+}
+
 __attribute__((target("avx512f,avx512dq"))) void args_forward_compute_avx512(size_t vectors) {
     const __m512 nmin = _mm512_set1_ps(-6.0f), nmax = _mm512_set1_ps(6.0f);
     const __m512 inv = _mm512_set1_ps(21.25f), zero = _mm512_set1_ps(128.0f);
@@ -78,7 +103,7 @@ __attribute__((target("avx512f,avx512dq"))) void args_forward_compute_avx512(siz
 }
 
 __attribute__((target("avx512f,avx512dq"))) void vars_grad_compute_avx512(size_t vectors) {
-    const __m512 nmin = _mm512_set1_ps(-6.0f), nmax = _mm512_set1_ps(6.0f), one = _mm512_set1_ps(1.0f);
+    const __m512 nmin = _mm512_set1_ps(-6.0f), nmax = _mm512_set1_ps(6.0f);
     __m512 g[CHAINS], x[CHAINS];
     for (int k = 0; k < CHAINS; ++k) {
         g[k] = _mm512_set1_ps(1.0f + (float)k);
@@ -89,10 +114,7 @@ __attribute__((target("avx512f,avx512dq"))) void vars_grad_compute_avx512(size_t
         for (int k = 0; k < CHAINS; ++k) {
             FRESH(g[k]);
             FRESH(x[k]);
-            const __mmask16 inside = _mm512_cmp_ps_mask(x[k], nmin, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x[k], nmax, _CMP_LE_OQ);
-            const __m512 dx = _mm512_mul_ps(g[k], _mm512_maskz_mov_ps(inside, one));
-            USE(dx);
-            quiet &= _kandn_mask16(_mm512_fpclass_ps_mask(g[k], 0x99), inside);
+            USE(vars_grad_vector_avx512(x[k], g[k], nmin, nmax, &quiet));
         }
         __asm__ volatile("" ::"r"(quiet));
     }
@@ -116,9 +138,7 @@ __attribute__((target("avx2,fma"))) void args_forward_compute_avx2(size_t vector
 }
 
 __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) {
-    const __m256 nmin = _mm256_set1_ps(-6.0f), nmax = _mm256_set1_ps(6.0f), one = _mm256_set1_ps(1.0f);
-    const __m256 inf = _mm256_set1_ps(__builtin_inff());
-    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 nmin = _mm256_set1_ps(-6.0f), nmax = _mm256_set1_ps(6.0f);
     __m256 g[4], x[4];
     for (int k = 0; k < 4; ++k) {
         g[k] = _mm256_set1_ps(1.0f + (float)k);
@@ -129,11 +149,7 @@ __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) 
         for (int k = 0; k < 4; ++k) {
             FRESH(g[k]);
             FRESH(x[k]);
-            const __m256 inside = _mm256_and_ps(_mm256_cmp_ps(x[k], nmin, _CMP_GE_OQ), _mm256_cmp_ps(x[k], nmax, _CMP_LE_OQ));
-            const __m256 dx = _mm256_mul_ps(g[k], _mm256_and_ps(inside, one));
-            USE(dx);
-            const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(g[k], magnitude), inf, _CMP_LT_OQ);
-            quiet = _mm256_and_ps(quiet, _mm256_and_ps(finite, inside));
+            USE(vars_grad_vector_avx2(x[k], g[k], nmin, nmax, &quiet));
         }
         __asm__ volatile("" ::"r"(_mm256_movemask_ps(quiet)));
     }
@@ -142,7 +158,8 @@ __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) 
 /* The per-channel gradient's streams with its grids and nothing else, in strips: rows of `period`
    values, walked STRIP vectors of positions at a time down all the rows, so that the strip's low
    and high grids stay in registers (64 positions on AVX-512, 32 on AVX2); x and g read, dx
-   written, the mask times g; no sums, as where no element is clipped. `period` must be a multiple
+   written, the per-tensor gradient's step with the strip's grids; no sums, as where no element is
+   clipped. `period` must be a multiple
    of STRIP vectors. Four vectors a strip: Intel Xeon, [512, 128], AVX-512 7.2 us against 7.8 with
    two and 7.3 with eight; AVX2 8.2 against 9.2 with two and 8.1 with eight (whose grids do not
    fit AVX2's 16 registers: the compiler keeps some on the stack). */
@@ -152,7 +169,6 @@ __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) 
 __attribute__((target("avx512f,avx512dq"))) void channel_grad_streams_avx512(
         const float *x, const float *g, float *dx, size_t n, const float *lo, const float *hi,
         size_t period) {
-    const __m512 one = _mm512_set1_ps(1.0f);
     __mmask16 quiet = 0xffff;
     for (size_t p0 = 0; p0 < period; p0 += 16 * STRIP_AVX512) {
         __m512 low[STRIP_AVX512], high[STRIP_AVX512];
@@ -162,13 +178,11 @@ __attribute__((target("avx512f,avx512dq"))) void channel_grad_streams_avx512(
         }
         for (size_t row = p0; row < n; row += period)
             for (int k = 0; k < STRIP_AVX512; ++k) {
-                const __m512 v = _mm512_loadu_ps(x + row + 16 * k);
-                const __m512 d = _mm512_loadu_ps(g + row + 16 * k);
-                const __mmask16 inside = _mm512_cmp_ps_mask(v, low[k], _CMP_GE_OQ) &
-                                         _mm512_cmp_ps_mask(v, high[k], _CMP_LE_OQ);
-                _mm512_storeu_ps(dx + row + 16 * k,
-                                 _mm512_mul_ps(d, _mm512_maskz_mov_ps(inside, one)));
-                quiet &= _kandn_mask16(_mm512_fpclass_ps_mask(d, 0x99), inside);
+                const size_t at = row + 16 * k;
+                __m512 v = _mm512_loadu_ps(x + at), d = _mm512_loadu_ps(g + at);
+                FRESH(v); /* one load of each in a register, not one for each of its uses */
+                FRESH(d);
+                _mm512_storeu_ps(dx + at, vars_grad_vector_avx512(v, d, low[k], high[k], &quiet));
             }
     }
     __asm__ volatile("" ::"r"(quiet));
@@ -177,8 +191,6 @@ __attribute__((target("avx512f,avx512dq"))) void channel_grad_streams_avx512(
 __attribute__((target("avx2,fma"))) void channel_grad_streams_avx2(
         const float *x, const float *g, float *dx, size_t n, const float *lo, const float *hi,
         size_t period) {
-    const __m256 one = _mm256_set1_ps(1.0f), inf = _mm256_set1_ps(__builtin_inff());
-    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 quiet = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     for (size_t p0 = 0; p0 < period; p0 += 8 * STRIP_AVX2) {
         __m256 low[STRIP_AVX2], high[STRIP_AVX2];
@@ -188,13 +200,11 @@ __attribute__((target("avx2,fma"))) void channel_grad_streams_avx2(
         }
         for (size_t row = p0; row < n; row += period)
             for (int k = 0; k < STRIP_AVX2; ++k) {
-                const __m256 v = _mm256_loadu_ps(x + row + 8 * k);
-                const __m256 d = _mm256_loadu_ps(g + row + 8 * k);
-                const __m256 inside = _mm256_and_ps(_mm256_cmp_ps(v, low[k], _CMP_GE_OQ),
-                                                    _mm256_cmp_ps(v, high[k], _CMP_LE_OQ));
-                _mm256_storeu_ps(dx + row + 8 * k, _mm256_mul_ps(d, _mm256_and_ps(inside, one)));
-                const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(d, magnitude), inf, _CMP_LT_OQ);
-                quiet = _mm256_and_ps(quiet, _mm256_and_ps(finite, inside));
+                const size_t at = row + 8 * k;
+                __m256 v = _mm256_loadu_ps(x + at), d = _mm256_loadu_ps(g + at);
+                FRESH(v); /* one load of each in a register, not one for each of its uses */
+                FRESH(d);
+                _mm256_storeu_ps(dx + at, vars_grad_vector_avx2(v, d, low[k], high[k], &quiet));
             }
     }
     __asm__ volatile("" ::"r"(_mm256_movemask_ps(quiet)));
@@ -352,6 +362,16 @@ def main(argv=None):
     return 0
 
 
+def channel_streams(lib, isa):
+    """The per-channel streams loop of `isa` from the built library, as a ctypes function of (x, g,
+    dx, n, lo, hi, period): pointers and sizes."""
+    streams = getattr(lib, f"channel_grad_streams_{isa}")
+    streams.restype = None
+    streams.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_size_t] + [ctypes.c_void_p] * 2 + [
+        ctypes.c_size_t]
+    return streams
+
+
 def channel_gradient_floors(lib, isas, x, g, out, period=CHANNEL_PERIOD):
     """The per-channel gradient table: np.add, the streams with the grids alone (x as [n / period,
     period], every channel's range [-6, 6]), fqcore's kernel on x and on x with nothing clipped
@@ -371,10 +391,7 @@ def channel_gradient_floors(lib, isas, x, g, out, period=CHANNEL_PERIOD):
                 hi.ctypes.data, period)
     for isa in isas:
         fqcore.set_isa(isa)
-        streams = getattr(lib, f"channel_grad_streams_{isa}")
-        streams.restype = None
-        streams.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_size_t] + [ctypes.c_void_p] * 2 + [
-            ctypes.c_size_t]
+        streams = channel_streams(lib, isa)
         t_add = best_time(lambda: np.add(x, g, out=out))
         t_streams = best_time(lambda: streams(*pointers))
         if not np.array_equal(out, g * ((x >= -6.0) & (x <= 6.0))):
