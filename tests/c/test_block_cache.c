@@ -1,6 +1,7 @@
 /* C test harness, memory blocks (common/block_cache.c): contents, alignment and sizes of every
    call, reuse of freed large blocks (the recent ones across sizes), rounds that give stale sizes
-   back, the 1 GiB bound, requests too large to exist, concurrent callers and fork. */
+   back, the 1 GiB bound, requests too large to exist, concurrent callers and fork; and the kernels'
+   line-aligned buffers (common/line_alloc.h). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/line_alloc.h"
 #include "fqcore.h"
 #include "harness.h"
 
@@ -195,6 +197,25 @@ static void test_too_large(void) {
     fq_block_cache_release();
 }
 
+/* fq_line_alloc: every size starts on a 64-byte line and can be written in full (the sanitized
+   build checks the bounds); sizes past what rounding up to a line allows give NULL. */
+static void test_line_alloc(void) {
+    static const size_t sizes[] = {1, 8, 63, 64, 65, 200, 4097, 73728};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
+        const size_t n = sizes[k];
+        unsigned char *p = fq_line_alloc(n);
+        expect(p != NULL, "line_alloc(%zu) failed", n);
+        if (p == NULL) continue;
+        expect((uintptr_t)p % 64 == 0, "line_alloc(%zu) at %p, not on a 64-byte line", n, (void *)p);
+        fill(p, n, (unsigned)k);
+        expect(holds(p, n, (unsigned)k), "line_alloc(%zu) lost what was written", n);
+        free(p);
+    }
+    expect(fq_line_alloc(SIZE_MAX) == NULL, "line_alloc(SIZE_MAX) did not fail");
+    /* Rounded up to a line, this size wraps around to 0. */
+    expect(fq_line_alloc(SIZE_MAX - 10) == NULL, "line_alloc(SIZE_MAX - 10) did not fail");
+}
+
 typedef struct {
     unsigned seed;
     int corrupt;
@@ -273,6 +294,7 @@ int main(void) {
         {"realloc", test_realloc},     {"rounds", test_rounds},
         {"1 GiB bound", test_bound},   {"requests too large", test_too_large},
         {"concurrent callers", test_concurrent}, {"fork", test_fork},
+        {"line-aligned buffers", test_line_alloc},
     };
     return harness_main("C harness (memory blocks)", sections, sizeof sections / sizeof sections[0]);
 }
