@@ -244,7 +244,7 @@ static size_t skewed_stride(size_t period) {
 #define FQ_STACK_GRID_FLOATS (FQ_STACK_PERIOD * FQ_GRID_PARAMS)
 typedef struct {
     fq_grid_table table;
-    float *grid;    /* the table's storage: on_stack, or aligned inside storage */
+    float *grid;    /* the table's storage: on_stack, or storage */
     float *storage; /* NULL while the table is on_stack */
     _Alignas(64) float on_stack[FQ_STACK_GRID_FLOATS];
     float on_stack_ranges[2 * FQ_STACK_PERIOD];
@@ -282,9 +282,9 @@ static fq_status setup_channels(channel_setup *s, const fq_fake_quant_kernels *k
     float *ranges = s->on_stack_ranges;
     s->zero_channel = s->on_stack_zero;
     if (floats > FQ_STACK_GRID_FLOATS) {
-        s->storage = malloc((floats + 2 * period) * sizeof(float) + 64 + channels);
+        s->storage = fq_line_alloc((floats + 2 * period) * sizeof(float) + channels);
         if (s->storage == NULL) return FQ_ERR_NO_MEMORY;
-        s->grid = (float *)(((uintptr_t)s->storage + 63) & ~(uintptr_t)63);
+        s->grid = s->storage;
         ranges = s->grid + floats;
         s->zero_channel = (unsigned char *)(ranges + 2 * period);
     }
