@@ -493,12 +493,6 @@ static void restore_zero_channels(const channel_setup *s, const float *saved, fl
 
 /* Partial sums of up to this many doubles live on the stack (two blocks of a short period). */
 #define FQ_STACK_PARTIALS ((size_t)2 * 2 * (FQ_STACK_PERIOD + 16))
-/* The kernels read and write the partial sums a vector of doubles at a time, at every position
-   they add to: each vector must lie on one 64-byte line, as it does when the partials start on
-   one (acc_stride is whole lines). At malloc's 16 bytes every AVX-512 access splits across two
-   lines: Intel Xeon (Sapphire Rapids class), one thread, [3, 3, 64, 128], partials 0 / 16 / 32 /
-   48 / 64 bytes past a line: 0.27% of x clipped 10.1 / 11.7 / 11.5 / 11.1 / 9.8 us, 4.6% 20.5 /
-   24.7 / 24.3 / 24.5 / 19.3 us. */
 
 static fq_status channel_grad(const fq_fake_quant_kernels *k, const float *g, const float *x,
                               float *dx, size_t n, size_t channels, const float *min,
@@ -531,6 +525,12 @@ static fq_status channel_grad(const fq_fake_quant_kernels *k, const float *g, co
         }
     }
     const size_t blocks = rows > 0 ? ceil_div(rows, job.row_chunk) : 1;
+    /* The kernels read and write the partial sums a vector of doubles at a time, at every position
+       they add to: each vector must lie on one 64-byte line, as it does when the partials start on
+       one (acc_stride is whole lines). At malloc's 16 bytes every AVX-512 access splits across two
+       lines: Intel Xeon (Sapphire Rapids class), one thread, [3, 3, 64, 128], partials 0 / 16 /
+       32 / 48 / 64 bytes past a line: 0.27% of x clipped 10.1 / 11.7 / 11.5 / 11.1 / 9.8 us, 4.6%
+       20.5 / 24.7 / 24.3 / 24.5 / 19.3 us. */
     _Alignas(FQ_LINE_BYTES) double stack_partials[FQ_STACK_PARTIALS];
     const size_t partial_count = blocks * 2 * acc_stride;
     job.partials = partial_count <= FQ_STACK_PARTIALS ? stack_partials
