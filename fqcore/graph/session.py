@@ -14,7 +14,7 @@ import numpy as np
 
 from ..array_memory import cached_memory
 from . import fusion, reverse_code, step_runs
-from .core import Operation, Tensor
+from .core import Tensor
 from .op_defs.control import DEAD
 from .op_registry import gradient_function, op_def
 from .run_threads import RunThreads
@@ -173,19 +173,16 @@ class Session:
         run = _Run(self, plan, feeds, update_state)
         with cached_memory(), self._threads.applied():
             run.execute()
-        results = []
-        for element in elements:
-            if isinstance(element, Operation):
-                results.append(None)
-                continue
-            value = run.values[element]
+        results = [None] * len(elements)  # an operation gives None
+        for k, tensor in plan.fetched:
+            value = run.values[tensor]
             if value is DEAD:
-                raise ValueError(f"fetched tensor {element.name!r} is on a branch that did not run")
+                raise ValueError(f"fetched tensor {tensor.name!r} is on a branch that did not run")
             if isinstance(value, _Uninitialized):
                 raise _not_initialized(value.name)
             # A copy: fetched arrays may be the variables' stored values, which must not change
             # behind the session's back.
-            results.append(np.array(value, copy=True))
+            results[k] = np.array(value, copy=True)
         return rebuild(results)
 
     def _plan(self, elements, feeds):
@@ -249,8 +246,10 @@ class _Plan:
         fusable = _fusable(order, can_die)
         self.foldable = _foldable(order, fusable, feeds)
         self.position = {op: i for i, op in enumerate(order)}
+        # The fetched tensors, with their places among the fetches (the others are operations).
+        self.fetched = [(k, e) for k, e in enumerate(elements) if isinstance(e, Tensor)]
         # The tensors read outside the steps: fetched, or fed.
-        self.pinned = {e for e in elements if isinstance(e, Tensor)} | set(feeds)
+        self.pinned = {e for _, e in self.fetched} | set(feeds)
         rules = _rules(order, self.pinned, fusable, self.foldable, self.position, can_die)
         self.units = units = fusion.fuse(order, rules)
         self.member_of = {op: unit for unit in units if isinstance(unit, fusion.Unit)
