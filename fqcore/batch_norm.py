@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _kernels
-from .ops import _array, _attr_float, _flag, _in_kernel_form, _kernel_form
+from .ops import _array, _attr_float, _flag, _kernel_form
 
 
 
@@ -154,6 +154,12 @@ def _empty_vector():
     return np.empty(0, np.float32)
 
 
+# The running statistics the training forward does not read (exponential_avg_factor 1), passed as
+# empty vectors: one read-only array for every call.
+_NO_STATISTICS = _empty_vector()
+_NO_STATISTICS.flags.writeable = False
+
+
 def fused_batch_norm(x: npt.ArrayLike, scale: npt.ArrayLike, offset: npt.ArrayLike,
                      mean: Optional[npt.ArrayLike] = None, variance: Optional[npt.ArrayLike] = None,
                      epsilon: float = 1e-4, exponential_avg_factor: float = 1.0,
@@ -248,8 +254,8 @@ def fused_batch_norm(x: npt.ArrayLike, scale: npt.ArrayLike, offset: npt.ArrayLi
     stats = np.empty((4, channels), np.float32)
     _kernels.bn_forward_training(x, code, channels_last, outer, channels, inner, scale,
                                  offset, epsilon, factor,
-                                 mean if mean is not None else _empty_vector(),
-                                 variance if variance is not None else _empty_vector(),
+                                 mean if mean is not None else _NO_STATISTICS,
+                                 variance if variance is not None else _NO_STATISTICS,
                                  y, stats[0], stats[1], stats[2],
                                  stats[3])
     return FusedBatchNormV3(y, stats[0], stats[1], stats[2], stats[3], np.zeros((), np.float32))
@@ -263,17 +269,20 @@ def nhwc_float32_statistics(x: Any, scale: Any, offset: Any,
     all in the kernels' form (C-contiguous, aligned); else None (the caller takes
     fused_batch_norm, which names what is wrong or copies). A training graph's folded batch norms
     run it every step, where the checks cost more than the kernel on a small tensor."""
-    if type(x) is not np.ndarray or x.dtype != _FLOAT32 or x.ndim != 4 or not _in_kernel_form(x):
+    if type(x) is not np.ndarray or x.dtype != _FLOAT32 or x.ndim != 4:
         return None
     channels = x.shape[3]
-    for vector in (scale, offset):
-        if (type(vector) is not np.ndarray or vector.dtype != _FLOAT32
-                or vector.shape != (channels,) or not _in_kernel_form(vector)):
+    for array in (x, scale, offset):
+        if array is not x and (type(array) is not np.ndarray or array.dtype != _FLOAT32
+                               or array.shape != (channels,)):
+            return None
+        flags = array.flags  # _in_kernel_form, without a call for each array
+        if not (flags.c_contiguous and flags.aligned):
             return None
     stats = np.empty((4, channels), np.float32)
     _kernels.bn_forward_training(x, _DTYPE_CODES[_FLOAT32], True, x.shape[0], channels,
                                  x.shape[1] * x.shape[2], scale, offset, epsilon, 1.0,
-                                 _empty_vector(), _empty_vector(), None, stats[0], stats[1],
+                                 _NO_STATISTICS, _NO_STATISTICS, None, stats[0], stats[1],
                                  stats[2], stats[3])
     return stats[0], stats[1], stats[2], stats[3]
 

@@ -74,7 +74,7 @@ from .. import _kernels
 from ..batch_norm import nhwc_float32_statistics
 from . import conv_statistics, nn_numpy, vector_program
 from .op_defs._infer import constant_value
-from .op_defs.math import float32_range, range_layout
+from .op_defs.math import _shape, float32_range, range_layout
 from .op_defs.nn import FOLDED_GRADIENT, batch_norm_forward, conv_args
 from .op_registry import gradient_function, op_def
 
@@ -430,7 +430,7 @@ class BatchNormStatistics(Unit):
             results = (None, *statistics, np.zeros(0, FLOAT32))
         if self.averages and ctx.update_state:
             batch = [results[position] for position in self.statistics]
-            registers = np.empty((len(self.average_code), np.size(batch[0])), FLOAT32)
+            registers = np.empty((len(self.average_code), batch[0].size), FLOAT32)
             sources = (*ctx.current_variables(self.average_variables), *inputs[5:], *batch)
             if _run_program(self.average_code, self.no_rows, sources, registers) is not None:
                 new = tuple(registers[2::3])
@@ -553,7 +553,7 @@ class ClippedFakeQuant(Unit):
         def made():
             return self.op_gradient(fake_quant, inputs, outputs, grads)
         x, low, high = inputs
-        if needed[1] or needed[2] or np.ndim(low) or np.ndim(high):
+        if needed[1] or needed[2] or _shape(low) or _shape(high):  # a range that is not scalar
             return made()
         interval = _kernels.vars_grad_interval(float(low), float(high), *self.bits)
         if interval is None:  # the op passes every element's gradient as it is
@@ -1143,7 +1143,7 @@ class ShapeFunction(Unit):
         self.values = {}
 
     def forward(self, op, inputs, ctx):
-        shape = np.shape(inputs[0])
+        shape = _shape(inputs[0])
         value = self.values.get(shape)
         if value is None:
             if len(self.values) >= self.MAX_SHAPES:
@@ -1441,8 +1441,10 @@ class FilterScaling(Unit):
             return [None] * len(inputs)
         filters = (inputs[0],) + tuple(products[:-1])
         df0 = np.empty(self.shape, FLOAT32) if needed[0] else None
-        dvectors = tuple(np.empty(t.shape, FLOAT32) if need else None
-                         for t, need in zip(self.inputs[1:], needed[1:]))
+        # A list, not a generator, under the tuple: one frame, where a generator resumes once for
+        # each vector (the demo's step makes about a hundred such calls fewer in all).
+        dvectors = tuple([np.empty(t.shape, FLOAT32) if need else None
+                          for t, need in zip(self.inputs[1:], needed[1:])])
         try:
             _kernels.filter_scaling_grad(tuple(map(np.ascontiguousarray, filters)),
                                          tuple(map(np.ascontiguousarray, inputs[1:])),

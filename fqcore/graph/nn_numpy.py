@@ -279,7 +279,10 @@ def _summed_product(pairs):
     copying the operands together); numpy's BLAS takes the concatenations."""
     if len(pairs) == 1:
         return _product(*pairs[0])
-    if all(_own_product(a, b) for a, b in pairs):
+    own = True
+    for a, b in pairs:  # all() of a generator would resume it once for each pair
+        own = own and _own_product(a, b)
+    if own:
         c = np.empty((pairs[0][0].shape[0], pairs[0][1].shape[1]), FLOAT32)
         for k, (a, b) in enumerate(pairs):
             _kernels.matmul(a, b, c, k > 0)
@@ -329,7 +332,9 @@ def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
     dw, terms = None, []
     for filters, grad in ([(w, dy)] if dy is not None else []) + list(more):
         o = filters.shape[3]
-        _same_shape(grad, "dy", (x.shape[0], g.oh, g.ow, o))
+        shape = (x.shape[0], g.oh, g.ow, o)
+        if grad.shape != shape:
+            _same_shape(grad, "dy", shape)
         terms.append((filters.reshape(-1, o), np.ascontiguousarray(grad).reshape(-1, o)))
     if dy is not None:
         dw = _filter_gradient(cols, terms[0][1]).reshape(w.shape)

@@ -144,11 +144,13 @@ def square(op, inputs, ctx):
 
 def _axes(op, x, axes):
     axes = np.asarray(axes).reshape(-1).tolist()  # Python ints: cheaper to compare than numpy's
-    rank = np.ndim(x)
+    rank = len(_shape(x))
+    reduced = []
     for a in axes:
         if not -rank <= a < rank:
             raise ValueError(f"{op.name}: reduction axis {int(a)} out of range for rank {rank}")
-    return tuple(sorted(int(a) % rank for a in axes)) if rank else ()
+        reduced.append(int(a) % rank)
+    return tuple(sorted(reduced))
 
 
 def _reduce_infer(inputs, attrs):
