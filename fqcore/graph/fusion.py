@@ -447,7 +447,6 @@ class BatchNormStatistics(Unit):
             len(inputs) - 5)
 
 
-
 def _moving_averages_program(count):
     """The vector program of `count` MovingAverages (each one's Sub, Mul and AssignSub: new =
     current - (read - value) * decay, numpy's float32 operations in that order, so their bits) on
@@ -462,6 +461,7 @@ def _moving_averages_program(count):
                  (vector_program.MULTIPLY, first + 1, first, decay),
                  (vector_program.SUBTRACT, first + 2, k, first + 1)]
     return np.array(code, np.int32).reshape(-1, 4)
+
 
 class ConvStatistics(Unit):
     """A 1x1 Conv2D and the batch-norm statistics of its output (see the module docstring): the
