@@ -272,11 +272,12 @@ def nhwc_float32_statistics(x: Any, scale: Any, offset: Any,
     if type(x) is not np.ndarray or x.dtype != _FLOAT32 or x.ndim != 4:
         return None
     channels = x.shape[3]
-    for array in (x, scale, offset):
-        if array is not x and (type(array) is not np.ndarray or array.dtype != _FLOAT32
-                               or array.shape != (channels,)):
+    for vector in (scale, offset):
+        if (type(vector) is not np.ndarray or vector.dtype != _FLOAT32
+                or vector.shape != (channels,)):
             return None
-        flags = array.flags  # _in_kernel_form, without a call for each array
+    for array in (x, scale, offset):  # _in_kernel_form, without a call for each array
+        flags = array.flags
         if not (flags.c_contiguous and flags.aligned):
             return None
     stats = np.empty((4, channels), np.float32)
