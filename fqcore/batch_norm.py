@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _kernels
-from .ops import _array, _attr_float, _flag, _kernel_form
+from .ops import _array, _attr_float, _flag, _in_kernel_form, _kernel_form
 
 
 
@@ -269,16 +269,12 @@ def nhwc_float32_statistics(x: Any, scale: Any, offset: Any,
     all in the kernels' form (C-contiguous, aligned); else None (the caller takes
     fused_batch_norm, which names what is wrong or copies). A training graph's folded batch norms
     run it every step, where the checks cost more than the kernel on a small tensor."""
-    if type(x) is not np.ndarray or x.dtype != _FLOAT32 or x.ndim != 4:
+    if type(x) is not np.ndarray or x.dtype != _FLOAT32 or x.ndim != 4 or not _in_kernel_form(x):
         return None
     channels = x.shape[3]
     for vector in (scale, offset):
         if (type(vector) is not np.ndarray or vector.dtype != _FLOAT32
-                or vector.shape != (channels,)):
-            return None
-    for array in (x, scale, offset):  # _in_kernel_form, without a call for each array
-        flags = array.flags
-        if not (flags.c_contiguous and flags.aligned):
+                or vector.shape != (channels,) or not _in_kernel_form(vector)):
             return None
     stats = np.empty((4, channels), np.float32)
     _kernels.bn_forward_training(x, _DTYPE_CODES[_FLOAT32], True, x.shape[0], channels,

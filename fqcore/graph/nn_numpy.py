@@ -332,9 +332,7 @@ def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
     dw, terms = None, []
     for filters, grad in ([(w, dy)] if dy is not None else []) + list(more):
         o = filters.shape[3]
-        shape = (x.shape[0], g.oh, g.ow, o)
-        if grad.shape != shape:
-            _same_shape(grad, "dy", shape)
+        _same_shape(grad, "dy", (x.shape[0], g.oh, g.ow, o))
         terms.append((filters.reshape(-1, o), np.ascontiguousarray(grad).reshape(-1, o)))
     if dy is not None:
         dw = _filter_gradient(cols, terms[0][1]).reshape(w.shape)

@@ -579,7 +579,7 @@ def _feed_value(tensor, value):
         array = array.astype(dtype)
     shape = tensor.shape
     if shape is not None and (len(shape) != array.ndim or any(
-            [d is not None and d != n for d, n in zip(shape, array.shape)])):
+            d is not None and d != n for d, n in zip(shape, array.shape))):
         raise ValueError(f"cannot feed a value of shape {array.shape} to {tensor.name!r}, "
                          f"which has shape {tuple(shape)}")
     return array
