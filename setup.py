@@ -52,6 +52,7 @@ COMMON_SOURCES = [
     "range/range_api.c",
     "range/range_scalar.c",
     "conv/conv_api.c",
+    "conv/conv_products.c",
     "conv/conv_scalar.c",
     "channel/channel_api.c",
     "channel/channel_scalar.c",

@@ -104,6 +104,13 @@ cdef extern from "fqcore.h" nogil:
 
     fq_status fq_f32_im2col(const float *x, const fq_conv_geometry *geometry, float *cols)
     fq_status fq_f32_col2im(const float *cols, const fq_conv_geometry *geometry, float *x_backprop)
+    int fq_conv_geometry_pointwise(const fq_conv_geometry *geometry)
+    fq_status fq_f32_conv2d_forward(const float *x, const fq_conv_geometry *geometry, float *cols,
+                                    int columns_given, const float *w, size_t outputs, float *y)
+    fq_status fq_f32_conv2d_grad(const float *cols, const fq_conv_geometry *geometry, size_t terms,
+                                 const float *const *w, const float *const *dy,
+                                 const size_t *outputs, float *w_backprop, float *x_backprop,
+                                 float *scratch)
     fq_status fq_f32_depthwise(const float *x, const float *w, size_t multiplier,
                                const fq_conv_geometry *geometry, float *y)
     fq_status fq_f32_depthwise_grad_input(const float *y_backprop, const float *w,

@@ -816,23 +816,6 @@ def own_matrix_products():
     return _own_matrix_products()
 
 
-def own_product(a, b):
-    """Whether fq_f32_matmul takes a @ b for the graph (fqcore/graph/nn_numpy.py's _own_product
-    says why): own_matrix_products, a and b native float32 arrays, one of a's strides one
-    element. One call, as the graph asks it of every product."""
-    if not (_own_matrix_products() and cnp.PyArray_Check(a) and cnp.PyArray_Check(b)):
-        return False
-    cdef cnp.ndarray x = <cnp.ndarray>a, y = <cnp.ndarray>b
-    if not (cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT32 and cnp.PyArray_ISNOTSWAPPED(x)
-            and cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32 and cnp.PyArray_ISNOTSWAPPED(y)):
-        return False
-    cdef int k
-    for k in range(cnp.PyArray_NDIM(x)):
-        if cnp.PyArray_STRIDES(x)[k] == sizeof(float):
-            return True
-    return False
-
-
 def matmul(const float[:, :] a, const float[:, :] b, float[:, ::1] c, bint continues=False):
     """c = a @ b (fq_f32_matmul): a [m, depth] and b [depth, n] of any strides, c [m, n]; with
     `continues`, c's sums go on from its values (fq_f32_matmul_continue)."""
@@ -853,6 +836,115 @@ def matmul(const float[:, :] a, const float[:, :] b, float[:, ::1] c, bint conti
         else:
             rc = fq_f32_matmul(ap, ar, ac, bp, br, bc, m, depth, n, cp)
     _check(rc)
+
+
+# A float32 Conv2D as products, one call for its forward and one for its gradients
+# (fq_f32_conv2d_forward / fq_f32_conv2d_grad), where fqcore's product serves the graph
+# (own_matrix_products). As the fake-quant bindings, they take their operands as they come and
+# return None, touching nothing, unless every array is in the kernels' form with the shape the
+# geometry (the 14 sizes, as above) gives it: fqcore/graph/nn_numpy.py then makes the calls one at a
+# time, or BLAS's.
+
+cdef inline bint _is_shaped(object a, int rank, cnp.npy_intp d0, cnp.npy_intp d1, cnp.npy_intp d2,
+                            cnp.npy_intp d3) noexcept:
+    """A kernel array of `rank` (2 or 4) with those sizes (the last one any when negative)."""
+    if not _is_kernel_array(a) or cnp.PyArray_NDIM(<cnp.ndarray>a) != rank:
+        return False
+    cdef cnp.npy_intp *dims = cnp.PyArray_DIMS(<cnp.ndarray>a)
+    if rank == 2:
+        return dims[0] == d0 and (d1 < 0 or dims[1] == d1)
+    return dims[0] == d0 and dims[1] == d1 and dims[2] == d2 and (d3 < 0 or dims[3] == d3)
+
+
+cdef inline object _empty(int rank, cnp.npy_intp d0, cnp.npy_intp d1, cnp.npy_intp d2,
+                          cnp.npy_intp d3):
+    cdef cnp.npy_intp dims[4]
+    dims[0], dims[1], dims[2], dims[3] = d0, d1, d2, d3
+    return cnp.PyArray_EMPTY(rank, dims, cnp.NPY_FLOAT32, 0)
+
+
+def conv2d_forward(x, w, tuple geometry, columns):
+    """(y, columns): x [N, H, W, C] convolved with w [KH, KW, C, O], and the [N*OH*OW, KH*KW*C]
+    columns of x it multiplied (given: those of an earlier call on x; None: made, or x itself
+    as a matrix when the geometry is pointwise); or None (see above)."""
+    if not _own_matrix_products():
+        return None
+    cdef fq_conv_geometry g = _geometry(geometry)
+    cdef cnp.npy_intp pixels = g.batch * g.out_height * g.out_width
+    cdef cnp.npy_intp window = _filter_size(&g, 1)
+    if not (_is_shaped(x, 4, g.batch, g.height, g.width, g.channels)
+            and _is_shaped(w, 4, g.kernel_height, g.kernel_width, g.channels, -1)
+            and (columns is None or _is_shaped(columns, 2, pixels, window, 0, 0))):
+        return None
+    cdef cnp.npy_intp outputs = cnp.PyArray_DIMS(<cnp.ndarray>w)[3]
+    cdef bint given = columns is not None
+    if not given:
+        columns = ((<cnp.ndarray>x).reshape(pixels, window) if fq_conv_geometry_pointwise(&g)
+                   else _empty(2, pixels, window, 0, 0))
+    y = _empty(4, g.batch, g.out_height, g.out_width, outputs)
+    cdef const float *px = _cdata(x)
+    cdef const float *pw = _cdata(w)
+    cdef float *pc = _data(columns)
+    cdef float *py = _data(y)
+    cdef fq_status rc
+    with nogil:
+        rc = fq_f32_conv2d_forward(px, &g, pc, given, pw, outputs, py)
+    _check(rc)
+    return y, columns
+
+
+def conv2d_grad(columns, tuple geometry, list filters, list output_gradients,
+                bint filter_gradient, bint input_gradient):
+    """(dx, dw) of convolutions of the same columns [N*OH*OW, KH*KW*C]: filters[k]
+    [KH, KW, C, O_k] with output_gradients[k] [N, OH, OW, O_k]. dw: the first filter's gradient
+    (None unless filter_gradient); dx: the input gradient of them all, summed in their order (None
+    unless input_gradient). None (see above)."""
+    if not _own_matrix_products():
+        return None
+    cdef fq_conv_geometry g = _geometry(geometry)
+    cdef cnp.npy_intp pixels = g.batch * g.out_height * g.out_width
+    cdef cnp.npy_intp window = _filter_size(&g, 1)
+    cdef Py_ssize_t k, terms = len(filters)
+    if (terms != len(output_gradients) or (terms == 0 and (filter_gradient or input_gradient))
+            or not _is_shaped(columns, 2, pixels, window, 0, 0)):
+        return None
+    cdef cnp.npy_intp outputs
+    for k in range(terms):
+        if not _is_shaped(filters[k], 4, g.kernel_height, g.kernel_width, g.channels, -1):
+            return None
+        outputs = cnp.PyArray_DIMS(<cnp.ndarray>filters[k])[3]
+        if not _is_shaped(output_gradients[k], 4, g.batch, g.out_height, g.out_width, outputs):
+            return None
+    dw = dx = scratch = None
+    if filter_gradient:
+        outputs = cnp.PyArray_DIMS(<cnp.ndarray>filters[0])[3]
+        dw = _empty(4, g.kernel_height, g.kernel_width, g.channels, outputs)
+    if input_gradient:
+        dx = _empty(4, g.batch, g.height, g.width, g.channels)
+        if not fq_conv_geometry_pointwise(&g):
+            scratch = _empty(2, pixels, window, 0, 0)
+    cdef const float **pw = <const float **>PyMem_Malloc(max(terms, 1) * sizeof(float *))
+    cdef const float **pdy = <const float **>PyMem_Malloc(max(terms, 1) * sizeof(float *))
+    cdef size_t *counts = <size_t *>PyMem_Malloc(max(terms, 1) * sizeof(size_t))
+    cdef const float *pc = _cdata(columns)
+    cdef float *pdw = _data(dw) if dw is not None else NULL
+    cdef float *pdx = _data(dx) if dx is not None else NULL
+    cdef float *ps = _data(scratch) if scratch is not None else NULL
+    cdef fq_status rc
+    try:
+        if pw == NULL or pdy == NULL or counts == NULL:
+            raise MemoryError()
+        for k in range(terms):
+            pw[k], pdy[k] = _cdata(filters[k]), _cdata(output_gradients[k])
+            counts[k] = cnp.PyArray_DIMS(<cnp.ndarray>filters[k])[3]
+        with nogil:
+            rc = fq_f32_conv2d_grad(pc, &g, terms, pw, pdy, counts, pdw, pdx, ps)
+        _check(rc)
+    finally:
+        PyMem_Free(pw)
+        PyMem_Free(pdy)
+        PyMem_Free(counts)
+    return dx, dw
 
 
 def pow(const float[::1] x, const float[::1] y, float[::1] out):

@@ -1,8 +1,8 @@
 """Builds and runs the C test binaries of tests/c (fake quantization: test_kernels; batch norm:
 test_batch_norm; range observer: test_range; thread pool and CPU budget: test_threads; convolution helpers:
-test_conv; per-channel chains: test_channel; matrix product: test_matmul; pow and the momentum
-update: test_elementwise; memory blocks for arrays: test_block_cache): natively, under ASan + UBSan, and
-for aarch64 (NEON) under qemu-user."""
+test_conv; a convolution as matrix products: test_conv_products; per-channel chains: test_channel;
+matrix product: test_matmul; pow and the momentum update: test_elementwise; memory blocks for
+arrays: test_block_cache): natively, under ASan + UBSan, and for aarch64 (NEON) under qemu-user."""
 import os
 import shutil
 import subprocess
@@ -18,7 +18,8 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # One binary per family; `make native` (aarch64, sanitized) builds all of them.
 BINARIES = ["test_kernels", "test_batch_norm", "test_range", "test_threads", "test_conv",
-            "test_channel", "test_matmul", "test_elementwise", "test_block_cache"]
+            "test_conv_products", "test_channel", "test_matmul", "test_elementwise",
+            "test_block_cache"]
 
 
 def _missing(*tools):
@@ -76,7 +77,8 @@ def test_native_kernels_under_address_and_undefined_behavior_sanitizers(binary):
                                  os.path.join("build", binary + "_sanitized")])
 
 
-THREADSAN_BINARIES = ["test_threads", "test_range", "test_conv", "test_matmul", "test_block_cache"]
+THREADSAN_BINARIES = ["test_threads", "test_range", "test_conv", "test_conv_products",
+                      "test_matmul", "test_block_cache"]
 
 
 @pytest.mark.parametrize("binary", THREADSAN_BINARIES)

@@ -163,9 +163,9 @@ def test_float64_and_mismatched_vectors_are_not_fused():
 def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, strides, padding):
     """Two Conv2Ds of the same input with the same geometry (the fold's pair) compute its windows
     once and keep them for their gradients; the second leaves its input gradient to the first,
-    which makes both in one product (nn_numpy._summed_product over both filters, one col2im). The
-    outputs and filter gradients equal the unfused ops' bit for bit, x's gradient to float32
-    rounding (one product sums both)."""
+    which makes both in one call (nn_numpy.conv2d_grad_planned with both filters: one product over
+    both, one col2im). The outputs and filter gradients equal the unfused ops' bit for bit, x's
+    gradient to float32 rounding (one product sums both)."""
     rng = np.random.default_rng(5)
     g = G.Graph()
     with g.as_default():
@@ -179,23 +179,22 @@ def test_convolutions_of_one_input_share_their_columns(monkeypatch, kernel, stri
                      G.reduce_sum(G.multiply(outs[2], outs[2])))
         grads = _gradients(g, loss, [x, w1, w2, w3])
     feeds = {t: rng.standard_normal([d for d in t.shape]).astype(np.float32) for t in (x, w1, w2, w3)}
-    products, summed = [], []
-    real_product = nn_numpy._product  # every product, on fqcore's kernel or BLAS
-    monkeypatch.setattr(nn_numpy, "_product", lambda a, b: products.append(b.shape) or
-                        real_product(a, b))
-    real_summed = nn_numpy._summed_product
-    monkeypatch.setattr(nn_numpy, "_summed_product", lambda pairs: summed.append(
-        [b.shape for _, b in pairs]) or real_summed(pairs))
+    input_gradients = []  # the filters' output counts of each call that makes an input gradient
+    real_grad = nn_numpy.conv2d_grad_planned
+
+    def recorded(x, w, dy, cols, geometry, input_gradient=True, more=()):
+        if input_gradient:
+            input_gradients.append([f.shape[3] for f in ([w] if dy is not None else [])] +
+                                   [f.shape[3] for f, _ in more])
+        return real_grad(x, w, dy, cols, geometry, input_gradient, more)
+    monkeypatch.setattr(nn_numpy, "conv2d_grad_planned", recorded)
     session = G.Session(g)
     fused = session.run(outs + grads, feeds)
     plan = max(session._plans.values(), key=lambda p: len(p.steps))
     convs = [unit for unit in plan.units if isinstance(unit, fusion.ColumnsConv2D)]
     assert [unit.shared for unit in convs] == [False, True, False]
-    # x's gradient through the pair: one product of both output gradients with both filters,
-    # none of either alone.
-    window = kernel[0] * kernel[1] * 4
-    assert [shapes for shapes in summed if len(shapes) > 1] == [[(5, window), (6, window)]]
-    assert [b for b in products if b[1] == window and b[0] in (5, 6)] == []
+    # x's gradient through the pair: one call with both filters, none with either alone.
+    assert sorted(input_gradients) == [[2], [5, 6]]
     monkeypatch.undo()
     _unfused(monkeypatch)
     plain = G.Session(g).run(outs + grads, feeds)
@@ -307,7 +306,7 @@ def test_min_and_max_of_float32_follow_tfs_cpu_kernels():
 
 def test_a_convolution_of_data_skips_its_input_gradient(monkeypatch):
     """Reverse mode tells a unit which input gradients it uses: a Conv2D of the images (a
-    placeholder, not differentiated) forms dw only; no matmul and col2im for a dx nobody reads."""
+    placeholder, not differentiated) forms dw only; no product and col2im for a dx nobody reads."""
     from fqcore.graph import nn_numpy
     rng = np.random.default_rng(7)
     g = G.Graph()
@@ -317,14 +316,18 @@ def test_a_convolution_of_data_skips_its_input_gradient(monkeypatch):
         out = G.conv2d(images, w, strides=[2, 2], padding="SAME")
         (dw,) = _gradients(g, G.reduce_sum(G.multiply(out, out)), [w])
     feeds = {t: rng.standard_normal([d for d in t.shape]).astype(np.float32) for t in (images, w)}
-    calls = []
-    real_col2im = nn_numpy._col2im
-    monkeypatch.setattr(nn_numpy, "_col2im", lambda *a: calls.append(a) or real_col2im(*a))
+    calls = []  # each gradient call's input_gradient
+    real_grad = nn_numpy.conv2d_grad_planned
+
+    def recorded(x, w, dy, cols, geometry, input_gradient=True, more=()):
+        calls.append(input_gradient)
+        return real_grad(x, w, dy, cols, geometry, input_gradient, more)
+    monkeypatch.setattr(nn_numpy, "conv2d_grad_planned", recorded)
     fused = G.Session(g).run(dw, feeds)
-    assert calls == []
+    assert calls == [False]
     _unfused(monkeypatch)
     plain = G.Session(g).run(dw, feeds)   # TF's Conv2D gradient forms both
-    assert len(calls) == 1
+    assert calls == [False, True]
     np.testing.assert_array_equal(fused.view(np.uint32), plain.view(np.uint32))
 
 

@@ -1,5 +1,5 @@
-"""fqcore's float32 matrix product (fq_f32_matmul through _kernels.matmul) and where the graph's
-convolutions use it (nn_numpy._product): within the error bound of a sum of fused multiply-adds
+"""fqcore's float32 matrix product (fq_f32_matmul through _kernels.matmul) and the graph's
+convolutions on it (_kernels.conv2d_forward / conv2d_grad, through nn_numpy): within the error bound of a sum of fused multiply-adds
 against float64, the same bits on every ISA, thread count and operand layout, NaN and infinities
 as IEEE arithmetic gives them, and clear errors for bad arguments."""
 import numpy as np
@@ -133,21 +133,30 @@ def test_strides_must_be_whole_elements():
         _kernels.matmul(a, np.ones((2, 2), np.float32), np.empty((2, 2), np.float32))
 
 
+def _pointwise_geometry(pixels, window):
+    """The 14 sizes of a 1x1 convolution of x [1, pixels, 1, window], whose columns are x."""
+    return (1, pixels, 1, window, 1, 1, pixels, 1, 1, 1, 1, 1, 0, 0)
+
+
 def test_filter_gradient_either_way_round_gives_the_same_bits(isa):
-    """nn_numpy computes cols' dy or (dy' cols)' by which runs faster; fqcore's kernel gives the
-    same bits both ways (a fused multiply-add does not depend on its factors' order), and BLAS
-    agrees to float32 rounding."""
+    """conv2d_grad forms cols' dy, or (dy' cols)' where fqcore's kernel runs faster that way (the
+    result's columns a multiple of its vectors, else the longer side as its rows): the same bits
+    both ways, a fused multiply-add not depending on its factors' order. The shapes take both."""
     rng = np.random.default_rng(11)
-    for pixels, window, outputs in [(4096, 9, 32), (1024, 288, 64), (512, 96, 16), (300, 32, 96)]:
+    for pixels, window, outputs in [(4096, 9, 32), (1024, 288, 64), (512, 96, 16), (300, 32, 96),
+                                    (100, 32, 10), (64, 10, 40)]:
         cols = rng.standard_normal((pixels, window)).astype(np.float32)
         dy = rng.standard_normal((pixels, outputs)).astype(np.float32)
-        dw = nn_numpy._filter_gradient(cols, dy)
+        made = _kernels.conv2d_grad(cols, _pointwise_geometry(pixels, window),
+                                    [np.ones((1, 1, window, outputs), np.float32)],
+                                    [dy.reshape(1, pixels, 1, outputs)], True, False)
         straight, flipped = _product(cols.T, dy), _product(dy.T, cols).T
         np.testing.assert_array_equal(straight, flipped)
-        if nn_numpy._own_product(cols.T, dy) or nn_numpy._own_product(dy.T, cols):
-            np.testing.assert_array_equal(dw, straight)
+        if isa in ("avx512", "avx2"):
+            assert made[0] is None
+            np.testing.assert_array_equal(made[1].reshape(window, outputs), straight)
         else:
-            np.testing.assert_allclose(dw, straight, rtol=1e-4, atol=1e-3)
+            assert made is None
 
 
 def test_convolutions_use_the_kernel_on_avx512_and_avx2(isa):
@@ -165,19 +174,73 @@ def test_convolutions_use_the_kernel_on_avx512_and_avx2(isa):
         np.testing.assert_allclose(y, own, rtol=1e-5, atol=1e-5)
 
 
-def test_which_products_the_kernel_takes(isa):
-    """_own_product (a binding): native float32 operands with one of a's strides one element, on
-    the AVX-512 and AVX2 paths; numpy's BLAS takes every other product."""
+def test_which_convolutions_the_kernel_takes(isa):
+    """conv2d_forward / conv2d_grad (bindings) take native float32 arrays, C-contiguous and
+    aligned, of the shapes the geometry gives, on the AVX-512 and AVX2 paths; for anything else
+    they return None, and nn_numpy makes contiguous copies or multiplies on numpy's BLAS."""
     own = isa in ("avx512", "avx2")
-    a = np.ones((6, 4), np.float32)
-    b = np.ones((4, 3), np.float32)
-    assert nn_numpy._own_product(a, b) == own
-    assert nn_numpy._own_product(a.T, b.T) == own  # a transposed: its columns' stride is 4
-    assert not nn_numpy._own_product(np.ones((6, 8), np.float32)[:, ::2], b)  # no unit stride
-    assert not nn_numpy._own_product(a.astype(np.float64), b)
-    assert not nn_numpy._own_product(a, b.astype(">f4"))
-    assert not nn_numpy._own_product(a.tolist(), b)
     assert fqcore._runtime.own_matrix_products() == own
+    x = np.ones((2, 5, 5, 3), np.float32)
+    w = np.ones((3, 3, 3, 4), np.float32)
+    g = nn_numpy.conv_geometry(x, w)
+    cols = nn_numpy.conv2d_columns(x, w.shape)
+    dy = np.ones((2, 5, 5, 4), np.float32)
+    assert (_kernels.conv2d_forward(x, w, g.sizes, None) is not None) == own
+    assert (_kernels.conv2d_grad(cols, g.sizes, [w], [dy], True, True) is not None) == own
+    refused = [
+        _kernels.conv2d_forward(x.astype(np.float64), w, g.sizes, None),
+        _kernels.conv2d_forward(np.asfortranarray(x), w, g.sizes, None),
+        _kernels.conv2d_forward(x.astype(">f4"), w, g.sizes, None),
+        _kernels.conv2d_forward(x.tolist(), w, g.sizes, None),
+        _kernels.conv2d_forward(x, w[:, :, :2], g.sizes, None),  # channels
+        _kernels.conv2d_forward(x, w, g.sizes, cols[1:]),  # the columns of another input
+        _kernels.conv2d_grad(cols, g.sizes, [w], [dy[:, 1:]], True, True),  # dy of another size
+        _kernels.conv2d_grad(cols, g.sizes, [w], [dy[..., :3]], True, True),  # of other filters
+        _kernels.conv2d_grad(cols, g.sizes, [w], [], True, True),  # a filter without its dy
+        _kernels.conv2d_grad(cols, g.sizes, [], [], True, False),  # no term for dw
+        _kernels.conv2d_grad(np.asfortranarray(cols), g.sizes, [w], [dy], True, True)]
+    assert refused == [None] * len(refused)
+
+
+def _conv_steps(x, w, dys, strides, padding, dilations):
+    """(y, dx, dw) of a float32 convolution as its steps taken one at a time: im2col, fqcore's
+    products (dx's one going on over the filters), col2im."""
+    g = nn_numpy.conv_geometry(x, w[0], strides, padding, dilations)
+    cols = nn_numpy.conv2d_columns(x, w[0].shape, strides, padding, dilations)
+    y = _product(cols, w[0].reshape(-1, w[0].shape[3])).reshape(dys[0].shape)
+    dcols = np.empty(cols.shape, np.float32)
+    for k, (filters, dy) in enumerate(zip(w, dys)):
+        _kernels.matmul(dy.reshape(-1, filters.shape[3]), filters.reshape(-1, filters.shape[3]).T,
+                        dcols, k > 0)
+    dx = nn_numpy._col2im(dcols, x.shape, w[0].shape[:2], g, np.dtype(np.float32))
+    return y, dx, _product(cols.T, dys[0].reshape(-1, w[0].shape[3])).reshape(w[0].shape)
+
+
+@pytest.mark.parametrize("kernel,strides,padding,dilations,outputs", [
+    ((3, 3), (1, 1), "SAME", (1, 1), (32,)), ((3, 3), (2, 2), "SAME", (1, 1), (24, 8)),
+    ((1, 1), (1, 1), "SAME", (1, 1), (16, 16)), ((2, 3), (2, 1), "VALID", (2, 1), (7,)),
+    ((1, 1), (2, 2), "VALID", (1, 1), (5, 3))])
+def test_a_convolution_in_one_call_gives_the_bits_of_its_steps(isa, kernel, strides, padding,
+                                                                dilations, outputs):
+    """nn_numpy's float32 convolution, one kernel call each way on the AVX-512 and AVX2 paths
+    (pointwise ones with x as their columns), gives the bits of its steps made one at a time;
+    from arrays that are not in the kernels' form (strided, Fortran order), the same bits."""
+    rng = np.random.default_rng(sum(kernel) + sum(outputs))
+    x = rng.standard_normal((3, 9, 8, 6)).astype(np.float32)
+    w = [rng.standard_normal(kernel + (6, o)).astype(np.float32) for o in outputs]
+    g = nn_numpy.conv_geometry(x, w[0], strides, padding, dilations)
+    dys = [rng.standard_normal((3, g.oh, g.ow, o)).astype(np.float32) for o in outputs]
+    for x_in, w_in in [(x, w), (np.asfortranarray(x), [np.asfortranarray(f) for f in w])]:
+        y, cols = nn_numpy.conv2d_planned(x_in, w_in[0], None, g)
+        dx, dw = nn_numpy.conv2d_grad_planned(x_in, w_in[0], dys[0], cols, g,
+                                              more=list(zip(w_in[1:], dys[1:])))
+        steps = _conv_steps(x, w, dys, strides, padding, dilations)
+        if isa in ("avx512", "avx2"):
+            for made, expected in zip((y, dx, dw), steps):
+                np.testing.assert_array_equal(made.view(np.uint32), expected.view(np.uint32))
+        else:
+            for made, expected in zip((y, dx, dw), steps):
+                np.testing.assert_allclose(made, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("m,depths,n", [(13, (5, 7), 33), (25, (256, 44), 64), (100, (9, 300, 1), 17),
@@ -222,5 +285,8 @@ def test_a_convolution_gradient_sums_its_filters_in_one_product(isa):
         np.testing.assert_array_equal(dx, expected)
     else:
         np.testing.assert_allclose(dx, expected, rtol=1e-4, atol=1e-4)
-    np.testing.assert_array_equal(dw, nn_numpy._filter_gradient(cols, dy1.reshape(-1, 24))
-                                  .reshape(w1.shape))
+    filter_gradient = _product(cols.T, dy1.reshape(-1, 24)).reshape(w1.shape)
+    if isa in ("avx512", "avx2"):
+        np.testing.assert_array_equal(dw, filter_gradient)
+    else:
+        np.testing.assert_allclose(dw, filter_gradient, rtol=1e-4, atol=1e-4)

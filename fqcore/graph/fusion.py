@@ -18,8 +18,9 @@ untouched: names, collections and checkpoints stay as they are. The kinds:
   same geometry (the fold's two convolutions of a layer's input): one im2col where there were up
   to four, the same bits (a copy is a copy). Those others leave their input gradient to the
   first (DeferredInputGradient), which makes them all in one product: x's gradient to float32
-  rounding (one product sums both), one product (nn_numpy._summed_product) and one col2im where
-  there were two and an add.
+  rounding (one product sums both), one product and one col2im where there were two and an add.
+  On fqcore's product (AVX-512, AVX2) each of its forward and gradient is one kernel call
+  (nn_numpy.conv2d_planned, conv2d_grad_planned).
 - PairedDepthwise: the same for two float32 DepthwiseConv2dNative of one input and geometry:
   both input gradients in one pass over x's gradient, the same bits as their sum (x's gradient
   is then the same bits too unless other ops add to it: reverse mode adds their part first).
@@ -334,10 +335,9 @@ class ColumnsConv2D(InputSharing):
 
     def forward(self, op, inputs, ctx):
         x, w = inputs[0], inputs[1]
-        geometry = self._geometry(x, w)
-        cols = inputs[2] if self.shared else nn_numpy.columns_planned(x, w.shape, geometry)
-        y = nn_numpy.conv2d_planned(x, w, cols, geometry)
-        return (y,) if self.shared else (y, cols)
+        if self.shared:
+            return nn_numpy.conv2d_planned(x, w, inputs[2], self._geometry(x, w))[:1]
+        return nn_numpy.conv2d_planned(x, w, None, self._geometry(x, w))
 
     def gradient(self, op, inputs, outputs, grads, needed):
         x, w = inputs[0], inputs[1]

@@ -12,8 +12,6 @@ from .. import _kernels
 _PADDINGS = ("SAME", "VALID")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 FLOAT32 = np.dtype(np.float32)
-# fq_f32_matmul's narrower column block on AVX-512 (one vector), its wider one on AVX2.
-_OWN_COLUMNS = 16
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -248,53 +246,39 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
     are conv2d_columns(x, w.shape, ...), which this call then does not compute again."""
     x, w, strides, dilations, oh, ow, pads = _conv_setup(x, w, strides, padding, dilations)
     g = _checked_geometry(x.shape, w.shape[:2], strides, dilations, oh, ow, pads)
-    cols = columns_planned(x, w.shape, g) if cols is None else _checked_cols(cols, x, w, oh, ow)
-    return conv2d_planned(x, w, cols, g)
+    cols = None if cols is None else _checked_cols(cols, x, w, oh, ow)
+    return conv2d_planned(x, w, cols, g)[0]
 
 
-# Whether _product uses fqcore's kernel for a @ b: float32 on the AVX-512 and AVX2 paths
-# (_runtime.own_matrix_products), with one of a's strides one element (its rows contiguous, or it is
-# such an array transposed), which the kernel reads in place. Inside a Session run, where BLAS then
-# has one thread (run_threads), the kernel took 0.5-1.0x BLAS's time at the benchmark models'
-# products and 0.6-1.4x at their 8-column ones (AMD Zen 5, AVX-512); on the AVX2 path 0.76-0.95x the
-# time of two BLAS threads at the same products, and the training steps took 0.72-0.78x (demo) and
-# 0.75-0.85x (MobileNet-v2) their time on BLAS. A binding: the graph asks it of every product.
-_own_product = _kernels.own_product
+def _kernel_form(a):
+    """`a` as fqcore's kernels take it: native float32, C-contiguous and aligned (a copy if not)."""
+    return np.require(a, FLOAT32, "CA")
 
 
-def _product(a, b):
-    """a @ b of 2-D arrays: fqcore's fq_f32_matmul where _own_product says so (its sums are in a
-    fixed order: the same bits on every thread count), else numpy's BLAS."""
-    if _own_product(a, b):
-        c = np.empty((a.shape[0], b.shape[1]), FLOAT32)
-        _kernels.matmul(a, b, c)
-        return c
-    return np.matmul(a, b)
-
-
-def _summed_product(pairs):
-    """The sum of a_k @ b_k over the (a_k, b_k) of `pairs`: the one product of the a_k side by
-    side and the b_k stacked. fqcore's kernel takes the pairs one after the other, each going on
-    with the sums where the one before left them (the same bits as that one product, without
-    copying the operands together); numpy's BLAS takes the concatenations."""
-    if len(pairs) == 1:
-        return _product(*pairs[0])
-    own = True
-    for a, b in pairs:  # all() of a generator would resume it once for each pair
-        own = own and _own_product(a, b)
-    if own:
-        c = np.empty((pairs[0][0].shape[0], pairs[0][1].shape[1]), FLOAT32)
-        for k, (a, b) in enumerate(pairs):
-            _kernels.matmul(a, b, c, k > 0)
-        return c
-    return np.matmul(np.concatenate([a for a, _ in pairs], axis=1),
-                     np.concatenate([b for _, b in pairs], axis=0))
-
+# A float32 convolution multiplies on fqcore's kernel (fq_f32_matmul, its sums in a fixed order: the
+# same bits on every thread count), in one call for its forward and one for its gradients
+# (_kernels.conv2d_forward / conv2d_grad, src_c/conv/conv_products.c), on the AVX-512 and AVX2 paths
+# (_runtime.own_matrix_products): inside a Session run, where BLAS then has one thread
+# (run_threads), the kernel took 0.5-1.0x BLAS's time at the benchmark models' products and
+# 0.6-1.4x at their 8-column ones (AMD Zen 5, AVX-512); on the AVX2 path 0.76-0.95x the time of two
+# BLAS threads at the same products, and the training steps took 0.72-0.78x (demo) and 0.75-0.85x
+# (MobileNet-v2) their time on BLAS. The calls one at a time from Python (im2col, the products,
+# col2im) cost the demo's step 50-90 us more (Intel Xeon). Elsewhere, and for float64, numpy's BLAS
+# multiplies the same columns.
 
 def conv2d_planned(x, w, cols, g):
-    """conv2d of arrays that conv_geometry checked as `g`, given their columns."""
-    y = _product(cols, w.reshape(-1, w.shape[3]))
-    return y.reshape(x.shape[0], g.oh, g.ow, w.shape[3])
+    """(y, cols): conv2d of arrays that conv_geometry checked as `g`, and the columns it multiplied
+    (`cols` when given, else made here)."""
+    made = _kernels.conv2d_forward(x, w, g.sizes, cols)
+    if made is None and x.dtype == FLOAT32:
+        made = _kernels.conv2d_forward(_kernel_form(x), _kernel_form(w), g.sizes,
+                                       None if cols is None else _kernel_form(cols))
+    if made is not None:
+        return made
+    if cols is None:
+        cols = _im2col(x, w.shape, g)
+    y = np.matmul(cols, w.reshape(-1, w.shape[3]))
+    return y.reshape(x.shape[0], g.oh, g.ow, w.shape[3]), cols
 
 
 def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None,
@@ -309,38 +293,46 @@ def conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1, 1), cols
 
 
 def _filter_gradient(cols, dy):
-    """cols' dy ([window, O]), or (dy' cols)' where that runs faster. OpenBLAS does with the
-    longer side of the result as its rows (2 cores, Intel Xeon: 0.23 against 0.38 ms at
+    """cols' dy ([window, O]) on numpy's BLAS, or (dy' cols)' where that runs faster: OpenBLAS does
+    with the longer side of the result as its rows (2 cores, Intel Xeon: 0.23 against 0.38 ms at
     [8192, 16] x [8192, 96], 0.22 against 0.29 at [512, 32] x [512, 1280]; the same or slower the
-    other way round). fqcore's kernel, which gives the same bits both ways, does with the result's
-    columns a multiple of its vectors (_OWN_COLUMNS: read in place, not padded) and, that equal,
-    the longer side as its rows (AMD Zen 5: 84 against 130 us at [8192, 96] x [8192, 8], 82
-    against 96 at [1024, 288] x [1024, 64])."""
-    window, outputs = cols.shape[1], dy.shape[1]
-    if _own_product(cols.T, dy):
-        fills = outputs % _OWN_COLUMNS == 0, window % _OWN_COLUMNS == 0
-        flip = fills[1] and not fills[0] or (fills[0] == fills[1] and outputs > window)
-    else:
-        flip = window < outputs
-    return _product(dy.T, cols).T if flip else _product(cols.T, dy)
+    other way round)."""
+    return np.matmul(dy.T, cols).T if cols.shape[1] < dy.shape[1] else np.matmul(cols.T, dy)
+
+
+def _summed_product(pairs):
+    """The sum of a_k @ b_k over the (a_k, b_k) of `pairs` on numpy's BLAS: the one product of the
+    a_k side by side and the b_k stacked."""
+    if len(pairs) == 1:
+        return np.matmul(*pairs[0])
+    return np.matmul(np.concatenate([a for a, _ in pairs], axis=1),
+                     np.concatenate([b for _, b in pairs], axis=0))
 
 
 def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
     """conv2d_grad of arrays that conv_geometry checked as `g`, given their columns. `more`:
     (w_k, dy_k) of other filters of this geometry on the same columns, whose input gradients join
-    dx in the same product (_summed_product, one col2im); dy may then be None (dw is None)."""
-    dw, terms = None, []
-    for filters, grad in ([(w, dy)] if dy is not None else []) + list(more):
-        o = filters.shape[3]
-        _same_shape(grad, "dy", (x.shape[0], g.oh, g.ow, o))
-        terms.append((filters.reshape(-1, o), np.ascontiguousarray(grad).reshape(-1, o)))
-    if dy is not None:
-        dw = _filter_gradient(cols, terms[0][1]).reshape(w.shape)
+    dx in the same product (one col2im); dy may then be None (dw is None)."""
+    pairs = ([(w, dy)] if dy is not None else []) + list(more)
+    filters, grads = [f for f, _ in pairs], [grad for _, grad in pairs]
+    made = _kernels.conv2d_grad(cols, g.sizes, filters, grads, dy is not None, input_gradient)
+    if made is not None:
+        return made
+    for filters_k, grad in pairs:
+        _same_shape(grad, "dy", (x.shape[0], g.oh, g.ow, filters_k.shape[3]))
+    if x.dtype == FLOAT32:
+        made = _kernels.conv2d_grad(_kernel_form(cols), g.sizes, list(map(_kernel_form, filters)),
+                                    list(map(_kernel_form, grads)), dy is not None, input_gradient)
+        if made is not None:
+            return made
+    # numpy's BLAS.
+    terms = [(f.reshape(-1, f.shape[3]), np.ascontiguousarray(grad).reshape(-1, f.shape[3]))
+             for f, grad in pairs]
+    dw = None if dy is None else _filter_gradient(cols, terms[0][1]).reshape(w.shape)
     if not input_gradient:
         return None, dw
-    dcols = _summed_product([(grad, filters.T) for filters, grad in terms])
-    dx = _col2im(dcols, x.shape, w.shape[:2], g, x.dtype)
-    return dx, dw
+    dcols = _summed_product([(grad, f.T) for f, grad in terms])
+    return _col2im(dcols, x.shape, w.shape[:2], g, x.dtype), dw
 
 
 def _depthwise_windows(x, w, oh, ow, pads, strides, dilations):

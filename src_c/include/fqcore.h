@@ -218,6 +218,24 @@ fq_status fq_f32_im2col(const float *x, const fq_conv_geometry *geometry, float 
 /* The adjoint of im2col: x_backprop [batch, height, width, channels] is, per element, the sum of
    the cols entries that im2col copied it to, in tap order (zero where no window reads it). */
 fq_status fq_f32_col2im(const float *cols, const fq_conv_geometry *geometry, float *x_backprop);
+/* Conv2D as matrix products (src_c/conv/conv_products.c), with pixels = batch * out_height *
+   out_width and window = kernel_height * kernel_width * channels. A pointwise geometry (1x1
+   kernel, stride 1, no padding, output the input's size) has x itself as its columns.
+   Forward: y [pixels, outputs] = cols [pixels, window] times w [window, outputs] (an HWIO filter)
+   by fq_f32_matmul: cols as given (columns_given: x is not read), else x itself where pointwise
+   (cols is not used), else fq_f32_im2col of x into cols first. */
+int fq_conv_geometry_pointwise(const fq_conv_geometry *geometry);
+fq_status fq_f32_conv2d_forward(const float *x, const fq_conv_geometry *geometry, float *cols,
+                                int columns_given, const float *w, size_t outputs, float *y);
+/* The gradients of `terms` convolutions of the same columns, term k with filter w[k] [window,
+   outputs[k]] and output gradient dy[k] [pixels, outputs[k]]: w_backprop [window, outputs[0]] =
+   cols' dy[0] (NULL: not made); x_backprop = fq_f32_col2im of the sum of dy[k] w[k]' over k, one
+   product going on from term to term (fq_f32_matmul_continue), made in scratch [pixels, window]
+   (not used when pointwise: the sum is x_backprop itself; NULL: not made). An input gradient of
+   no term: FQ_ERR_BAD_SHAPE. The same bits as those calls made one at a time. */
+fq_status fq_f32_conv2d_grad(const float *cols, const fq_conv_geometry *geometry, size_t terms,
+                             const float *const *w, const float *const *dy, const size_t *outputs,
+                             float *w_backprop, float *x_backprop, float *scratch);
 /* DepthwiseConv2dNative: w [KH, KW, channels, multiplier], y [batch, out_height, out_width,
    channels * multiplier] with output channel c * multiplier + m. */
 fq_status fq_f32_depthwise(const float *x, const float *w, size_t multiplier,
