@@ -605,9 +605,9 @@ def moving_average(float[::1] values, const float[::1] targets, float rate):
     _check(rc)
 
 
-# Convolution helpers on flat float32 arrays; geometry is the 14 sizes of fq_conv_geometry in its
-# order, (N, H, W, C, KH, KW, OH, OW, SH, SW, DH, DW, top, left). The lengths are checked here:
-# the C side trusts them.
+# Convolution helpers on float32 arrays of any shape (C-contiguous, aligned); geometry is the 14
+# sizes of fq_conv_geometry in its order, (N, H, W, C, KH, KW, OH, OW, SH, SW, DH, DW, top, left).
+# The element counts are checked here: the C side trusts them.
 
 cdef fq_conv_geometry _geometry(tuple sizes) except *:
     cdef fq_conv_geometry g
@@ -615,12 +615,6 @@ cdef fq_conv_geometry _geometry(tuple sizes) except *:
      g.out_width, g.stride_height, g.stride_width, g.dilation_height, g.dilation_width, g.pad_top,
      g.pad_left) = sizes
     return g
-
-
-cdef int _length(Py_ssize_t length, object expected, str name) except -1:
-    if length != expected:
-        raise ValueError(f"{name} has {length} elements, the geometry needs {expected}")
-    return 0
 
 
 # The element counts of a geometry's arrays (size_t products: the C side refuses a geometry whose
@@ -641,161 +635,154 @@ cdef inline size_t _cols_size(const fq_conv_geometry *g) noexcept:
     return g.batch * g.out_height * g.out_width * _filter_size(g, 1)
 
 
-def im2col(const float[::1] x, tuple geometry, float[::1] cols):
+def im2col(x, tuple geometry, cols):
     cdef fq_conv_geometry g = _geometry(geometry)
+    cdef const float *px = _float32_data(x, "x", _input_size(&g))
+    cdef float *pc = _float32_out(cols, "cols", _cols_size(&g))
     cdef fq_status rc
-    _length(x.shape[0], _input_size(&g), "x")
-    _length(cols.shape[0], _cols_size(&g), "cols")
     with nogil:
-        rc = fq_f32_im2col(_cptr(x), &g, _ptr(cols))
+        rc = fq_f32_im2col(px, &g, pc)
     _check(rc)
 
 
-def col2im(const float[::1] cols, tuple geometry, float[::1] x_backprop):
+def col2im(cols, tuple geometry, x_backprop):
     cdef fq_conv_geometry g = _geometry(geometry)
+    cdef const float *pc = _float32_data(cols, "cols", _cols_size(&g))
+    cdef float *pdx = _float32_out(x_backprop, "x_backprop", _input_size(&g))
     cdef fq_status rc
-    _length(cols.shape[0], _cols_size(&g), "cols")
-    _length(x_backprop.shape[0], _input_size(&g), "x_backprop")
     with nogil:
-        rc = fq_f32_col2im(_cptr(cols), &g, _ptr(x_backprop))
+        rc = fq_f32_col2im(pc, &g, pdx)
     _check(rc)
 
 
-def depthwise(const float[::1] x, const float[::1] w, size_t multiplier, tuple geometry,
-              float[::1] y):
+def depthwise(x, w, size_t multiplier, tuple geometry, y):
     cdef fq_conv_geometry g = _geometry(geometry)
+    cdef const float *px = _float32_data(x, "x", _input_size(&g))
+    cdef const float *pw = _float32_data(w, "w", _filter_size(&g, multiplier))
+    cdef float *py = _float32_out(y, "y", _output_size(&g, multiplier))
     cdef fq_status rc
-    _length(x.shape[0], _input_size(&g), "x")
-    _length(w.shape[0], _filter_size(&g, multiplier), "w")
-    _length(y.shape[0], _output_size(&g, multiplier), "y")
     with nogil:
-        rc = fq_f32_depthwise(_cptr(x), _cptr(w), multiplier, &g, _ptr(y))
+        rc = fq_f32_depthwise(px, pw, multiplier, &g, py)
     _check(rc)
 
 
-def depthwise_grad_input(const float[::1] y_backprop, const float[::1] w, size_t multiplier,
-                         tuple geometry, float[::1] x_backprop):
+def depthwise_grad_input(y_backprop, w, size_t multiplier, tuple geometry, x_backprop):
     cdef fq_conv_geometry g = _geometry(geometry)
+    cdef const float *pdy = _float32_data(y_backprop, "y_backprop", _output_size(&g, multiplier))
+    cdef const float *pw = _float32_data(w, "w", _filter_size(&g, multiplier))
+    cdef float *pdx = _float32_out(x_backprop, "x_backprop", _input_size(&g))
     cdef fq_status rc
-    _length(y_backprop.shape[0], _output_size(&g, multiplier), "y_backprop")
-    _length(w.shape[0], _filter_size(&g, multiplier), "w")
-    _length(x_backprop.shape[0], _input_size(&g), "x_backprop")
     with nogil:
-        rc = fq_f32_depthwise_grad_input(_cptr(y_backprop), _cptr(w), multiplier, &g, _ptr(x_backprop))
+        rc = fq_f32_depthwise_grad_input(pdy, pw, multiplier, &g, pdx)
     _check(rc)
 
 
-def depthwise_grad_input_sum(const float[::1] y_backprop_a, const float[::1] w_a,
-                             const float[::1] y_backprop_b, const float[::1] w_b, size_t multiplier,
-                             tuple geometry, float[::1] x_backprop):
+def depthwise_grad_input_sum(y_backprop_a, w_a, y_backprop_b, w_b, size_t multiplier,
+                             tuple geometry, x_backprop):
     cdef fq_conv_geometry g = _geometry(geometry)
+    cdef size_t outputs = _output_size(&g, multiplier), filters = _filter_size(&g, multiplier)
+    cdef const float *pdy_a = _float32_data(y_backprop_a, "y_backprop_a", outputs)
+    cdef const float *pw_a = _float32_data(w_a, "w_a", filters)
+    cdef const float *pdy_b = _float32_data(y_backprop_b, "y_backprop_b", outputs)
+    cdef const float *pw_b = _float32_data(w_b, "w_b", filters)
+    cdef float *pdx = _float32_out(x_backprop, "x_backprop", _input_size(&g))
     cdef fq_status rc
-    _length(y_backprop_a.shape[0], _output_size(&g, multiplier), "y_backprop_a")
-    _length(w_a.shape[0], _filter_size(&g, multiplier), "w_a")
-    _length(y_backprop_b.shape[0], _output_size(&g, multiplier), "y_backprop_b")
-    _length(w_b.shape[0], _filter_size(&g, multiplier), "w_b")
-    _length(x_backprop.shape[0], _input_size(&g), "x_backprop")
     with nogil:
-        rc = fq_f32_depthwise_grad_input_sum(_cptr(y_backprop_a), _cptr(w_a), _cptr(y_backprop_b),
-                                             _cptr(w_b), multiplier, &g, _ptr(x_backprop))
+        rc = fq_f32_depthwise_grad_input_sum(pdy_a, pw_a, pdy_b, pw_b, multiplier, &g, pdx)
     _check(rc)
 
 
-def depthwise_grad_filter(const float[::1] x, const float[::1] y_backprop, size_t multiplier,
-                          tuple geometry, float[::1] w_backprop):
+def depthwise_grad_filter(x, y_backprop, size_t multiplier, tuple geometry, w_backprop):
     cdef fq_conv_geometry g = _geometry(geometry)
+    cdef const float *px = _float32_data(x, "x", _input_size(&g))
+    cdef const float *pdy = _float32_data(y_backprop, "y_backprop", _output_size(&g, multiplier))
+    cdef float *pdw = _float32_out(w_backprop, "w_backprop", _filter_size(&g, multiplier))
     cdef fq_status rc
-    _length(x.shape[0], _input_size(&g), "x")
-    _length(y_backprop.shape[0], _output_size(&g, multiplier), "y_backprop")
-    _length(w_backprop.shape[0], _filter_size(&g, multiplier), "w_backprop")
     with nogil:
-        rc = fq_f32_depthwise_grad_filter(_cptr(x), _cptr(y_backprop), multiplier, &g, _ptr(w_backprop))
+        rc = fq_f32_depthwise_grad_filter(px, pdy, multiplier, &g, pdw)
     _check(rc)
 
 
-# The per-channel chain (fq_f32_channel_affine): flat float32 arrays, the vectors `channels` long
-# or None (the step left out); activation 0 none, 1 Relu, 2 Relu6.
+# The per-channel chain (fq_f32_channel_affine): float32 arrays of any shape (C-contiguous, the
+# channels their last dimension), the vectors `channels` long or None (the step left out);
+# activation 0 none, 1 Relu, 2 Relu6.
 
 ACTIVATIONS = {None: FQ_ACTIVATION_NONE, "Relu": FQ_ACTIVATION_RELU, "Relu6": FQ_ACTIVATION_RELU6}
 
 
-cdef const float *_vector(const float[::1] v, size_t channels, str name) except? NULL:
-    if v is None:
+cdef const float *_optional(object a, size_t size, str name) except? NULL:
+    """_float32_data of an operand that may be None (NULL)."""
+    if a is None:
         return NULL
-    _length(v.shape[0], channels, name)
-    return &v[0] if v.shape[0] > 0 else NULL
+    return _float32_data(a, name, size)
 
 
-def channel_affine(const float[::1] x, size_t channels, const float[::1] scale,
-                   const float[::1] shift_a, const float[::1] shift_b, int activation,
-                   float[::1] y):
+def channel_affine(x, size_t channels, scale, shift_a, shift_b, int activation, y):
+    cdef Py_ssize_t n = _float32_size(x, "x")
+    cdef const float *px = _float32_data(x, "x", n)
+    cdef const float *s = _optional(scale, channels, "scale")
+    cdef const float *a = _optional(shift_a, channels, "shift_a")
+    cdef const float *b = _optional(shift_b, channels, "shift_b")
+    cdef float *py = _float32_out(y, "y", n)
     cdef fq_status rc
-    _length(y.shape[0], x.shape[0], "y")
-    cdef const float *s = _vector(scale, channels, "scale")
-    cdef const float *a = _vector(shift_a, channels, "shift_a")
-    cdef const float *b = _vector(shift_b, channels, "shift_b")
     with nogil:
-        rc = fq_f32_channel_affine(_cptr(x), x.shape[0], channels, s, a, b,
-                                   <fq_activation>activation, _ptr(y))
+        rc = fq_f32_channel_affine(px, n, channels, s, a, b, <fq_activation>activation, py)
     _check(rc)
 
 
-def channel_affine_grad(const float[::1] y_backprop, const float[::1] x, const float[::1] y,
-                        size_t channels, const float[::1] scale, int activation,
-                        float[::1] x_backprop, float[::1] scale_backprop,
-                        float[::1] shift_backprop, clip=None):
+def channel_affine_grad(y_backprop, x, y, size_t channels, scale, int activation, x_backprop,
+                        scale_backprop, shift_backprop, clip=None):
     """clip: None, or (nudged_min, nudged_max) of a fake quant of y that y_backprop goes through
     first (vars_grad_interval)."""
-    cdef fq_status rc
-    cdef Py_ssize_t n = y_backprop.shape[0]
-    _length(y.shape[0], n, "y")
-    if x is not None:
-        _length(x.shape[0], n, "x")
-    if x_backprop is not None:
-        _length(x_backprop.shape[0], n, "x_backprop")
-    cdef const float *s = _vector(scale, channels, "scale")
-    cdef float *dx = _ptr(x_backprop) if x_backprop is not None else NULL
-    cdef float *ds = <float *>_vector(scale_backprop, channels, "scale_backprop")
-    cdef float *db = <float *>_vector(shift_backprop, channels, "shift_backprop")
-    cdef const float *xp = _cptr(x) if x is not None else NULL
+    cdef Py_ssize_t n = _float32_size(y_backprop, "y_backprop")
+    cdef const float *pdy = _float32_data(y_backprop, "y_backprop", n)
+    cdef const float *py = _float32_data(y, "y", n)
+    cdef const float *xp = _optional(x, n, "x")
+    cdef float *dx = NULL if x_backprop is None else _float32_out(x_backprop, "x_backprop", n)
+    cdef const float *s = _optional(scale, channels, "scale")
+    cdef float *ds = NULL if scale_backprop is None else _float32_out(scale_backprop,
+                                                                     "scale_backprop", channels)
+    cdef float *db = NULL if shift_backprop is None else _float32_out(shift_backprop,
+                                                                     "shift_backprop", channels)
     cdef float lo = 0.0, hi = 0.0
     cdef bint clipped = clip is not None
+    cdef fq_status rc
     if clipped:
         lo, hi = clip
     with nogil:
         if clipped:
-            rc = fq_f32_channel_affine_grad_clipped(_cptr(y_backprop), xp, _cptr(y), n, channels, s,
+            rc = fq_f32_channel_affine_grad_clipped(pdy, xp, py, n, channels, s,
                                                     <fq_activation>activation, lo, hi, dx, ds, db)
         else:
-            rc = fq_f32_channel_affine_grad(_cptr(y_backprop), xp, _cptr(y), n, channels, s,
+            rc = fq_f32_channel_affine_grad(pdy, xp, py, n, channels, s,
                                             <fq_activation>activation, dx, ds, db)
     _check(rc)
 
 
-def add_activation(const float[::1] a not None, const float[::1] b not None, int activation,
-                   float[::1] y not None):
+def add_activation(a, b, int activation, y):
     """y = activation(a + b) (fq_f32_add_activation); its gradient is channel_affine_grad with one
     channel, no x and no scale."""
+    cdef Py_ssize_t n = _float32_size(a, "a")
+    cdef const float *pa = _float32_data(a, "a", n)
+    cdef const float *pb = _float32_data(b, "b", n)
+    cdef float *py = _float32_out(y, "y", n)
     cdef fq_status rc
-    _length(b.shape[0], a.shape[0], "b")
-    _length(y.shape[0], a.shape[0], "y")
     with nogil:
-        rc = fq_f32_add_activation(_cptr(a), _cptr(b), a.shape[0], <fq_activation>activation,
-                                   _ptr(y))
+        rc = fq_f32_add_activation(pa, pb, n, <fq_activation>activation, py)
     _check(rc)
 
 
-def fold_batch_norm_grad(const float[::1] x, size_t channels, const float[::1] mean,
-                         const float[::1] grad_mean, const float[::1] grad_var, float count,
-                         float[::1] x_backprop):
+def fold_batch_norm_grad(x, size_t channels, mean, grad_mean, grad_var, float count,
+                         x_backprop):
+    cdef Py_ssize_t n = _float32_size(x, "x")
+    cdef const float *px = _float32_data(x, "x", n)
+    cdef const float *m = _float32_data(mean, "mean", channels)
+    cdef const float *gm = _float32_data(grad_mean, "grad_mean", channels)
+    cdef const float *gv = _float32_data(grad_var, "grad_var", channels)
+    cdef float *pdx = _float32_out(x_backprop, "x_backprop", n)
     cdef fq_status rc
-    _length(x_backprop.shape[0], x.shape[0], "x_backprop")
-    cdef const float *m = _vector(mean, channels, "mean")
-    cdef const float *gm = _vector(grad_mean, channels, "grad_mean")
-    cdef const float *gv = _vector(grad_var, channels, "grad_var")
     with nogil:
-        rc = fq_f32_fold_batch_norm_grad(_cptr(x), x.shape[0], channels, m, gm, gv, count,
-                                         _ptr(x_backprop))
+        rc = fq_f32_fold_batch_norm_grad(px, n, channels, m, gm, gv, count, pdx)
     _check(rc)
 
 
@@ -965,12 +952,13 @@ cdef str _named(str name, Py_ssize_t index):
 
 
 cdef Py_ssize_t _float32_size(object array, str name, Py_ssize_t index=-1) except -1:
-    """The element count of a C-contiguous float32 ndarray (any shape); ValueError otherwise,
-    naming the operand (_named)."""
-    if (not isinstance(array, cnp.ndarray) or cnp.PyArray_TYPE(<cnp.ndarray>array) != cnp.NPY_FLOAT32
-            or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>array)):
+    """The element count of a kernel array (_is_kernel_array: native float32, C-contiguous,
+    aligned; any shape); ValueError otherwise, naming the operand (_named)."""
+    if not _is_kernel_array(array):
+        aligned = not cnp.PyArray_Check(array) or cnp.PyArray_ISALIGNED(<cnp.ndarray>array)
         raise ValueError(f"{_named(name, index)} must be a C-contiguous float32 array, got "
-                         f"{type(array).__name__} of {getattr(array, 'dtype', None)}")
+                         f"{type(array).__name__} of {getattr(array, 'dtype', None)}"
+                         f"{'' if aligned else ', not aligned'}")
     return cnp.PyArray_SIZE(<cnp.ndarray>array)
 
 

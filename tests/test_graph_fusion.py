@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fqcore
+from fqcore import _kernels
 import fqcore.graph as G
 from fqcore.graph import fusion, nn_numpy
 from fqcore.graph.op_defs import math as math_ops
@@ -422,7 +423,6 @@ def test_two_depthwise_convolutions_of_one_input_make_its_gradient_in_one_pass(m
     """The fold's pair of depthwise convolutions: the second leaves its input gradient to the
     first, which makes both in one call (fq_f32_depthwise_grad_input_sum); every value equals
     the unfused ops' bit for bit. With only the second on the loss's path, it makes its own."""
-    from fqcore import _kernels
     rng = np.random.default_rng(8)
     g = G.Graph()
     with g.as_default():
@@ -459,7 +459,6 @@ def test_a_fake_quant_of_a_chain_clips_inside_the_chains_gradient(monkeypatch, c
     pass over z is not made; every gradient equals the unfused ops' (x's bit for bit, the
     vectors' to float32 rounding: their sums run in another order). A gradient of z asked for,
     or summed with another, is made as the op makes it."""
-    from fqcore import _kernels
     rng = np.random.default_rng(9)
     g = G.Graph()
     with g.as_default():
@@ -612,7 +611,6 @@ def test_a_fake_quant_of_a_residual_sum_clips_inside_its_gradient(monkeypatch, a
     """A FakeQuantWithMinMaxVars of an AddActivation's output (the activation quant after a
     residual connection): its clip runs in the unit's gradient pass, its own pass is not made,
     and both gradients are the unfused ops' bits."""
-    from fqcore import _kernels
     g = G.Graph()
     with g.as_default():
         a, b = (G.placeholder("float32", [4, 5, 3, 8], name=n) for n in "ab")
@@ -820,7 +818,6 @@ def test_a_vector_program_equals_the_ops_on_every_opcode(monkeypatch, with_scala
     Identity and Reshape to a column and back, with an infinity, a negative zero and a subnormal
     among the values: one program with the ops' bits, forward and gradient. A scalar whose
     gradient is asked for (a sum over the vector) takes the ops' own gradient functions."""
-    from fqcore import _kernels
     g, fetches, feeds = _vector_graph(with_scalar_gradient)
     calls = []
     real = _kernels.vector_program
@@ -844,7 +841,6 @@ def test_a_vector_program_equals_the_ops_on_every_opcode(monkeypatch, with_scala
 
 def test_vector_programs_refuse_bad_operands():
     """The binding names what is wrong; a refused program writes nothing."""
-    from fqcore import _kernels
     from fqcore.graph.vector_program import NEGATE
     code = np.array([[NEGATE, 1, 0, 0]], np.int32)
     none = np.empty((0, 3), np.float32)
@@ -867,7 +863,6 @@ def test_vector_programs_refuse_bad_operands():
 def test_vector_programs_take_numpy_float32_scalars():
     """A 0-d value as numpy's operations return it (a numpy float32 scalar) is a broadcast source,
     as a one-element array is; a numpy scalar of another type is refused, named."""
-    from fqcore import _kernels
     from fqcore.graph.vector_program import ADD
     code = np.array([[ADD, 2, 0, 1]], np.int32)
     none = np.empty((0, 3), np.float32)
@@ -939,7 +934,6 @@ def test_a_filter_scaling_equals_the_muls(monkeypatch, filter_shape, vector_shap
 
 
 def test_filter_scaling_refuses_bad_operands():
-    from fqcore import _kernels
     f, v = np.ones((4, 3), np.float32), np.ones(3, np.float32)
     out = np.empty((1, 12), np.float32)
     with pytest.raises(ValueError, match=r"the vectors' element count \(5\) must divide"):
@@ -1226,3 +1220,66 @@ def test_a_last_value_tracker_clamps_and_stores_in_one_call_with_the_same_bits(m
     pairs = [u for u in units if isinstance(u, fusion.RangePair)]
     assert len(pairs) == 1 and pairs[0].clamped_stores and pairs[0].store_clamps == (1, 2)
     assert not any(u.clamped_stores for u in plain_units if isinstance(u, fusion.RangePair))
+
+
+def test_the_chain_and_depthwise_bindings_take_any_shape_and_name_what_they_refuse():
+    """The per-channel chain, residual add, folded batch-norm gradient and depthwise bindings read
+    float32 arrays of any shape in place (the graph passes its values as they are: the bits of
+    their flat views) and refuse, naming the operand, an array that is strided, of another dtype
+    or byte order, or not aligned."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    scale, shift = rng.standard_normal(5).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    g = nn_numpy.conv_geometry(x, np.ones((3, 3, 5, 1), np.float32))
+    w = rng.standard_normal((3, 3, 5, 1)).astype(np.float32)
+    calls = {
+        "channel_affine": lambda x, y: _kernels.channel_affine(x, 5, scale, shift, None, 2, y),
+        "add_activation": lambda x, y: _kernels.add_activation(x, x, 1, y),
+        "fold_batch_norm_grad": lambda x, y: _kernels.fold_batch_norm_grad(x, 5, scale, shift,
+                                                                          scale, 3.0, y),
+        "depthwise": lambda x, y: _kernels.depthwise(x, w, 1, g.sizes, y),
+    }
+    for name, call in calls.items():
+        shaped, flat = np.empty_like(x), np.empty(x.size, np.float32)
+        call(x, shaped)
+        call(x.ravel(), flat)
+        np.testing.assert_array_equal(_bits(shaped).ravel(), _bits(flat), err_msg=name)
+        for refused in (np.asfortranarray(x), x.astype(">f4"), _misaligned(x), x.astype(np.float64)):
+            operand = "a" if name == "add_activation" else "x"
+            with pytest.raises(ValueError, match=f"{operand} must be a C-contiguous float32 array"):
+                call(refused, np.empty_like(x))
+    with pytest.raises(ValueError, match="y must be a C-contiguous float32 array, got ndarray of "
+                                         "float32, not aligned"):
+        calls["channel_affine"](x, _misaligned(x))
+    with pytest.raises(ValueError, match="scale must have 5 elements, got 4"):
+        _kernels.channel_affine(x, 5, scale[:4], None, None, 0, np.empty_like(x))
+
+
+def test_units_take_strided_values_through_contiguous_copies():
+    """A per-channel chain, a residual add and a depthwise convolution whose input is a strided
+    view (a transpose's output) run their kernels on a contiguous copy: the values and gradients
+    of the same graph fed the contiguous array, bit for bit."""
+    rng = np.random.default_rng(4)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [2, 5, 4, 3], name="x")
+        w = G.placeholder("float32", [3, 3, 3, 1], name="w")
+        bias = G.constant(rng.standard_normal(3).astype(np.float32))
+        chain = G.relu6(G.bias_add(x, bias))
+        residual = G.relu(G.add(x, chain))
+        depthwise = G.depthwise_conv2d(residual, w, strides=[1, 1], padding="SAME")
+        loss = G.reduce_sum(G.multiply(depthwise, depthwise))
+        grads = _gradients(g, loss, [x, w])
+    data = rng.standard_normal((2, 4, 5, 3)).astype(np.float32)
+    strided = np.transpose(data, (0, 2, 1, 3))
+    assert not strided.flags.c_contiguous
+    feeds_w = rng.standard_normal((3, 3, 3, 1)).astype(np.float32)
+    session = G.Session(g)
+    plan_units = {type(unit).__name__ for unit in session._plan(
+        [g.as_graph_element(t) for t in (depthwise, *grads)], {}).units}
+    assert {"FusedChannelChain", "AddActivation"} <= plan_units
+    fetches = [depthwise, *grads]
+    from_view = session.run(fetches, {x: strided, w: feeds_w})
+    from_copy = session.run(fetches, {x: np.ascontiguousarray(strided), w: feeds_w})
+    for a, b in zip(from_view, from_copy):
+        np.testing.assert_array_equal(_bits(a), _bits(b))

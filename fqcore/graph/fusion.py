@@ -171,8 +171,12 @@ class FusedChannelChain(Unit):
         x = inputs[0]
         scale, shift_a, shift_b = self.vectors((*inputs, None))
         y = np.empty(x.shape, FLOAT32)
-        _kernels.channel_affine(x.ravel(), self.channels, scale, shift_a, shift_b,
-                                self.kernel_activation, y.reshape(-1))
+        try:
+            _kernels.channel_affine(x, self.channels, scale, shift_a, shift_b,
+                                    self.kernel_activation, y)
+        except ValueError:  # x not in the kernels' form (a strided view): a contiguous copy
+            _kernels.channel_affine(np.ascontiguousarray(x), self.channels, scale, shift_a,
+                                    shift_b, self.kernel_activation, y)
         return (y,)
 
     def gradient(self, op, inputs, outputs, grads, needed):
@@ -184,9 +188,13 @@ class FusedChannelChain(Unit):
         dx = np.empty(x.shape, FLOAT32)
         dscale = np.empty(self.channels, FLOAT32) if scale is not None else None
         dshift = np.empty(self.channels, FLOAT32) if self.shifts else None
-        _kernels.channel_affine_grad(
-            np.ascontiguousarray(dy, FLOAT32).reshape(-1), x.ravel(), outputs[0].reshape(-1),
-            self.channels, scale, self.kernel_activation, dx.reshape(-1), dscale, dshift, clip)
+        try:
+            _kernels.channel_affine_grad(dy, x, outputs[0], self.channels, scale,
+                                         self.kernel_activation, dx, dscale, dshift, clip)
+        except ValueError:  # dy or x not in the kernels' form: contiguous float32 copies
+            _kernels.channel_affine_grad(np.ascontiguousarray(dy, FLOAT32),
+                                         np.ascontiguousarray(x), outputs[0], self.channels,
+                                         scale, self.kernel_activation, dx, dscale, dshift, clip)
         shift_grads = [dshift] + [dshift.copy() for _ in self.shifts[1:]]
         return [dx] + ([dscale] if scale is not None else []) + shift_grads
 
@@ -252,7 +260,11 @@ class AddActivation(Unit):
         if a.shape != b.shape:
             return tuple(_op_by_op(self.ops, zip(self.inputs, inputs), self.outputs, ctx))
         y = np.empty(a.shape, FLOAT32)
-        _kernels.add_activation(a.ravel(), b.ravel(), self.kernel_activation, y.reshape(-1))
+        try:
+            _kernels.add_activation(a, b, self.kernel_activation, y)
+        except ValueError:  # an operand not in the kernels' form: contiguous copies
+            _kernels.add_activation(np.ascontiguousarray(a), np.ascontiguousarray(b),
+                                    self.kernel_activation, y)
         return (y,)
 
     def gradient(self, op, inputs, outputs, grads, needed):
@@ -268,9 +280,12 @@ class AddActivation(Unit):
             before = gradient_function(activation)(activation, [total], [y], [dy])[0]
             return gradient_function(add)(add, inputs, [total], [before])
         dx = np.empty(y.shape, FLOAT32)
-        _kernels.channel_affine_grad(np.ascontiguousarray(dy, FLOAT32).reshape(-1), None,
-                                     y.reshape(-1), 1, None, self.kernel_activation,
-                                     dx.reshape(-1), None, None, clip)
+        try:
+            _kernels.channel_affine_grad(dy, None, y, 1, None, self.kernel_activation, dx, None,
+                                         None, clip)
+        except ValueError:  # dy not in the kernels' form: a contiguous float32 copy
+            _kernels.channel_affine_grad(np.ascontiguousarray(dy, FLOAT32), None, y, 1, None,
+                                         self.kernel_activation, dx, None, None, clip)
         return [dx, dx]
 
 

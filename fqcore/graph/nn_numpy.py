@@ -188,7 +188,7 @@ def _im2col(x, w_shape, g):
         return np.ascontiguousarray(x).reshape(-1, columns)
     if x.dtype == FLOAT32:
         cols = np.empty((x.shape[0] * g.oh * g.ow, columns), FLOAT32)
-        _kernels.im2col(x.ravel(), g.sizes, cols.reshape(-1))
+        _kernels.im2col(_kernel_form(x), g.sizes, cols)
         return cols
     windows = _windows(_pad(x, g.pads, 0), g.oh, g.ow, w_shape[:2], g.strides, g.dilations)
     return np.ascontiguousarray(windows).reshape(-1, columns)
@@ -201,7 +201,7 @@ def _col2im(dcols, x_shape, kernel, g, dtype):
         return dcols.reshape(x_shape)
     if dtype == FLOAT32:
         dx = np.empty(x_shape, FLOAT32)
-        _kernels.col2im(dcols.reshape(-1), g.sizes, dx.reshape(-1))
+        _kernels.col2im(_kernel_form(dcols), g.sizes, dx)
         return dx
     n, _, _, c = x_shape
     oh, ow = g.oh, g.ow
@@ -362,7 +362,10 @@ def depthwise_conv2d_planned(x, w, g):
     """depthwise_conv2d of float32 arrays that conv_geometry checked as `g`."""
     m = w.shape[3]
     y = np.empty((x.shape[0], g.oh, g.ow, w.shape[2] * m), np.float32)
-    _kernels.depthwise(x.ravel(), w.ravel(), m, g.sizes, y.reshape(-1))
+    try:
+        _kernels.depthwise(x, w, m, g.sizes, y)
+    except ValueError:  # x or w not in the kernels' form (a strided view): copies
+        _kernels.depthwise(_kernel_form(x), _kernel_form(w), m, g.sizes, y)
     return y
 
 
@@ -391,21 +394,28 @@ def depthwise_conv2d_grad(x, w, dy, strides=(1, 1), padding="SAME", dilations=(1
 
 
 def _depthwise_dy(dy, x, w, g):
-    """dy of a float32 depthwise convolution, checked and flattened."""
+    """dy of a float32 depthwise convolution, checked."""
     dy = _other(dy, "dy", x.dtype)
     _same_shape(dy, "dy", (x.shape[0], g.oh, g.ow, w.shape[2] * w.shape[3]))
-    return dy.ravel()
+    return dy
+
+
+def _depthwise_gradients(x, w, dy, g, dx, dw):
+    """Writes dx (unless None) and dw of a float32 depthwise convolution."""
+    if dx is not None:
+        _kernels.depthwise_grad_input(dy, w, w.shape[3], g.sizes, dx)
+    _kernels.depthwise_grad_filter(x, dy, w.shape[3], g.sizes, dw)
 
 
 def depthwise_conv2d_grad_planned(x, w, dy, g, input_gradient=True):
     """depthwise_conv2d_grad of float32 arrays that conv_geometry checked as `g` (dy is checked)."""
-    geometry, m = g.sizes, w.shape[3]
-    flat_dy, flat_w = _depthwise_dy(dy, x, w, g), w.ravel()
-    dx, dw = None, np.empty(w.shape, np.float32)
-    if input_gradient:
-        dx = np.empty(x.shape, np.float32)
-        _kernels.depthwise_grad_input(flat_dy, flat_w, m, geometry, dx.reshape(-1))
-    _kernels.depthwise_grad_filter(x.ravel(), flat_dy, m, geometry, dw.reshape(-1))
+    dy = _depthwise_dy(dy, x, w, g)
+    dx = np.empty(x.shape, np.float32) if input_gradient else None
+    dw = np.empty(w.shape, np.float32)
+    try:
+        _depthwise_gradients(x, w, dy, g, dx, dw)
+    except ValueError:  # an operand not in the kernels' form (a strided view): copies
+        _depthwise_gradients(_kernel_form(x), _kernel_form(w), _kernel_form(dy), g, dx, dw)
     return dx, dw
 
 
@@ -437,9 +447,11 @@ def depthwise_conv2d_input_grad_sum_planned(x, terms, g):
         return _added_in_order(depthwise_conv2d_grad_planned(x, w, dy, g)[0] for w, dy in terms)
     (w_a, dy_a), (w_b, dy_b) = terms
     dx = np.empty(x.shape, np.float32)
-    _kernels.depthwise_grad_input_sum(_depthwise_dy(dy_a, x, w_a, g), w_a.ravel(),
-                                      _depthwise_dy(dy_b, x, w_b, g), w_b.ravel(), w_a.shape[3],
-                                      g.sizes, dx.reshape(-1))
+    operands = [_depthwise_dy(dy_a, x, w_a, g), w_a, _depthwise_dy(dy_b, x, w_b, g), w_b]
+    try:
+        _kernels.depthwise_grad_input_sum(*operands, w_a.shape[3], g.sizes, dx)
+    except ValueError:  # an operand not in the kernels' form: contiguous copies
+        _kernels.depthwise_grad_input_sum(*map(_kernel_form, operands), w_a.shape[3], g.sizes, dx)
     return dx
 
 
