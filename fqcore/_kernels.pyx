@@ -197,6 +197,12 @@ cdef inline bint _is_kernel_array(object a) noexcept:
             and (cnp.PyArray_FLAGS(array) & _KERNEL_FLAGS) == _KERNEL_FLAGS)
 
 
+cdef inline bint _is_vector(object a, cnp.npy_intp size) noexcept:
+    """A kernel array of one dimension, `size` long."""
+    return (_is_kernel_array(a) and cnp.PyArray_NDIM(<cnp.ndarray>a) == 1
+            and cnp.PyArray_DIMS(<cnp.ndarray>a)[0] == size)
+
+
 cdef inline bint _is_attrs(object num_bits, object narrow_range) noexcept:
     return (type(num_bits) is int and 2 <= num_bits <= 16
             and (narrow_range is True or narrow_range is False))
@@ -508,6 +514,37 @@ def bn_forward_training(x, int dtype, bint channels_last, size_t outer, size_t c
                                     exponential_avg_factor, pmean, pvariance, py, out_mean,
                                     out_variance, out_saved_mean, out_saved_variance)
     _check(rc)
+
+
+def bn_statistics_nhwc(x, scale, offset, float epsilon):
+    """fused_batch_norm's training statistics (batch mean, batch variance, reserve spaces 1 and 2,
+    each a new float32 vector) of x [N, H, W, C] with exponential_avg_factor 1 and no y, without
+    its argument checks: a training graph's folded batch norms take them every step, where the
+    checks cost more than the kernel on a small tensor. None unless x, scale and offset are kernel
+    arrays (_is_kernel_array) of those shapes: the caller then takes fused_batch_norm, which names
+    what is wrong or copies."""
+    if not (_is_kernel_array(x) and cnp.PyArray_NDIM(<cnp.ndarray>x) == 4):
+        return None
+    cdef cnp.npy_intp *dims = cnp.PyArray_DIMS(<cnp.ndarray>x)
+    cdef cnp.npy_intp channels = dims[3]
+    if not (_is_vector(scale, channels) and _is_vector(offset, channels)):
+        return None
+    cdef fq_bn_shape shape = _bn_shape(True, dims[0], channels, dims[1] * dims[2])
+    statistics = tuple([_empty(1, channels, 0, 0, 0) for _ in range(4)])
+    cdef const void *px = _cdata(x)
+    cdef const float *pscale = _cdata(scale)
+    cdef const float *poffset = _cdata(offset)
+    cdef float *out_mean = _data(statistics[0])
+    cdef float *out_variance = _data(statistics[1])
+    cdef float *out_saved_mean = _data(statistics[2])
+    cdef float *out_saved_variance = _data(statistics[3])
+    cdef fq_status rc
+    with nogil:
+        rc = fq_bn_forward_training(px, FQ_DTYPE_F32, shape, pscale, poffset, epsilon, 1.0, NULL,
+                                    NULL, NULL, out_mean, out_variance, out_saved_mean,
+                                    out_saved_variance)
+    _check(rc)
+    return statistics
 
 
 def bn_forward_inference(x, int dtype, bint channels_last, size_t outer, size_t channels,

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _kernels
-from .ops import _array, _attr_float, _flag, _in_kernel_form, _kernel_form
+from .ops import _array, _attr_float, _flag, _kernel_form
 
 
 
@@ -261,27 +261,10 @@ def fused_batch_norm(x: npt.ArrayLike, scale: npt.ArrayLike, offset: npt.ArrayLi
     return FusedBatchNormV3(y, stats[0], stats[1], stats[2], stats[3], np.zeros((), np.float32))
 
 
-def nhwc_float32_statistics(x: Any, scale: Any, offset: Any,
-                            epsilon: float) -> Optional[Tuple[np.ndarray, ...]]:
-    """fused_batch_norm's training statistics (batch mean, batch variance, reserve spaces 1 and 2)
-    of x in NHWC with exponential_avg_factor 1 and normalize=False, without its argument checks,
-    where x is a float32 array of rank 4 and scale and offset float32 vectors of its channels,
-    all in the kernels' form (C-contiguous, aligned); else None (the caller takes
-    fused_batch_norm, which names what is wrong or copies). A training graph's folded batch norms
-    run it every step, where the checks cost more than the kernel on a small tensor."""
-    if type(x) is not np.ndarray or x.dtype != _FLOAT32 or x.ndim != 4 or not _in_kernel_form(x):
-        return None
-    channels = x.shape[3]
-    for vector in (scale, offset):
-        if (type(vector) is not np.ndarray or vector.dtype != _FLOAT32
-                or vector.shape != (channels,) or not _in_kernel_form(vector)):
-            return None
-    stats = np.empty((4, channels), np.float32)
-    _kernels.bn_forward_training(x, _DTYPE_CODES[_FLOAT32], True, x.shape[0], channels,
-                                 x.shape[1] * x.shape[2], scale, offset, epsilon, 1.0,
-                                 _NO_STATISTICS, _NO_STATISTICS, None, stats[0], stats[1],
-                                 stats[2], stats[3])
-    return stats[0], stats[1], stats[2], stats[3]
+# fused_batch_norm's training statistics of an NHWC float32 x without its checks, or None where the
+# arrays are not as the kernel reads them (the binding's docstring says which): what a training
+# graph's folded batch norms take every step (fqcore/graph/fusion.py's BatchNormStatistics).
+nhwc_float32_statistics = _kernels.bn_statistics_nhwc
 
 
 def fused_batch_norm_grad(y_backprop: npt.ArrayLike, x: npt.ArrayLike, scale: npt.ArrayLike,

@@ -1142,7 +1142,8 @@ def test_batch_norm_statistics_skip_the_checks_only_where_the_kernel_reads_the_i
                (np.asfortranarray(x), scale, offset), (x[0], scale, offset),
                (x.tolist(), scale, offset), (x, scale[:7], offset), (x, scale, offset[::-1]),
                (x, scale.astype(np.float64), offset), (x, scale.reshape(1, 8), offset),
-               (_misaligned(x), scale, offset), (x, _misaligned(scale), offset)]
+               (_misaligned(x), scale, offset), (x, _misaligned(scale), offset),
+               (x.astype(">f4"), scale, offset), (x, scale, offset.astype(">f4"))]
     for args in refused:
         assert nhwc_float32_statistics(*args, 1e-3) is None
 
