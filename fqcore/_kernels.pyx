@@ -754,33 +754,44 @@ cdef const float *_optional(object a, size_t size, str name) except? NULL:
     return _float32_data(a, name, size)
 
 
-def channel_affine(x, size_t channels, scale, shift_a, shift_b, int activation, y):
+cdef inline object _float32_like(object a):
+    """A new float32 array of kernel array a's shape."""
+    return cnp.PyArray_EMPTY(cnp.PyArray_NDIM(<cnp.ndarray>a), cnp.PyArray_DIMS(<cnp.ndarray>a),
+                             cnp.NPY_FLOAT32, 0)
+
+
+def channel_affine(x, size_t channels, scale, shift_a, shift_b, int activation):
+    """y, a new array of x's shape."""
     cdef Py_ssize_t n = _float32_size(x, "x")
     cdef const float *px = _float32_data(x, "x", n)
     cdef const float *s = _optional(scale, channels, "scale")
     cdef const float *a = _optional(shift_a, channels, "shift_a")
     cdef const float *b = _optional(shift_b, channels, "shift_b")
-    cdef float *py = _float32_out(y, "y", n)
+    y = _float32_like(x)
+    cdef float *py = _data(y)
     cdef fq_status rc
     with nogil:
         rc = fq_f32_channel_affine(px, n, channels, s, a, b, <fq_activation>activation, py)
     _check(rc)
+    return y
 
 
-def channel_affine_grad(y_backprop, x, y, size_t channels, scale, int activation, x_backprop,
-                        scale_backprop, shift_backprop, clip=None):
-    """clip: None, or (nudged_min, nudged_max) of a fake quant of y that y_backprop goes through
-    first (vars_grad_interval)."""
+def channel_affine_grad(y_backprop, x, y, size_t channels, scale, int activation,
+                        bint input_gradient, bint scale_gradient, bint shift_gradient, clip=None):
+    """(x_backprop, scale_backprop, shift_backprop), each new (x_backprop of y's shape, the others
+    `channels` long) or None where not asked for. clip: None, or (nudged_min, nudged_max) of a
+    fake quant of y that y_backprop goes through first (vars_grad_interval)."""
     cdef Py_ssize_t n = _float32_size(y_backprop, "y_backprop")
     cdef const float *pdy = _float32_data(y_backprop, "y_backprop", n)
     cdef const float *py = _float32_data(y, "y", n)
     cdef const float *xp = _optional(x, n, "x")
-    cdef float *dx = NULL if x_backprop is None else _float32_out(x_backprop, "x_backprop", n)
     cdef const float *s = _optional(scale, channels, "scale")
-    cdef float *ds = NULL if scale_backprop is None else _float32_out(scale_backprop,
-                                                                     "scale_backprop", channels)
-    cdef float *db = NULL if shift_backprop is None else _float32_out(shift_backprop,
-                                                                     "shift_backprop", channels)
+    dx = _float32_like(y) if input_gradient else None
+    dscale = _empty(1, channels, 0, 0, 0) if scale_gradient else None
+    dshift = _empty(1, channels, 0, 0, 0) if shift_gradient else None
+    cdef float *pdx = _data(dx) if input_gradient else NULL
+    cdef float *ds = _data(dscale) if scale_gradient else NULL
+    cdef float *db = _data(dshift) if shift_gradient else NULL
     cdef float lo = 0.0, hi = 0.0
     cdef bint clipped = clip is not None
     cdef fq_status rc
@@ -789,38 +800,43 @@ def channel_affine_grad(y_backprop, x, y, size_t channels, scale, int activation
     with nogil:
         if clipped:
             rc = fq_f32_channel_affine_grad_clipped(pdy, xp, py, n, channels, s,
-                                                    <fq_activation>activation, lo, hi, dx, ds, db)
+                                                    <fq_activation>activation, lo, hi, pdx, ds, db)
         else:
             rc = fq_f32_channel_affine_grad(pdy, xp, py, n, channels, s,
-                                            <fq_activation>activation, dx, ds, db)
+                                            <fq_activation>activation, pdx, ds, db)
     _check(rc)
+    return dx, dscale, dshift
 
 
-def add_activation(a, b, int activation, y):
-    """y = activation(a + b) (fq_f32_add_activation); its gradient is channel_affine_grad with one
-    channel, no x and no scale."""
+def add_activation(a, b, int activation):
+    """y = activation(a + b) (fq_f32_add_activation), a new array of a's shape; its gradient is
+    channel_affine_grad with one channel, no x and no scale."""
     cdef Py_ssize_t n = _float32_size(a, "a")
     cdef const float *pa = _float32_data(a, "a", n)
     cdef const float *pb = _float32_data(b, "b", n)
-    cdef float *py = _float32_out(y, "y", n)
+    y = _float32_like(a)
+    cdef float *py = _data(y)
     cdef fq_status rc
     with nogil:
         rc = fq_f32_add_activation(pa, pb, n, <fq_activation>activation, py)
     _check(rc)
+    return y
 
 
-def fold_batch_norm_grad(x, size_t channels, mean, grad_mean, grad_var, float count,
-                         x_backprop):
+def fold_batch_norm_grad(x, size_t channels, mean, grad_mean, grad_var, float count):
+    """x_backprop, a new array of x's shape."""
     cdef Py_ssize_t n = _float32_size(x, "x")
     cdef const float *px = _float32_data(x, "x", n)
     cdef const float *m = _float32_data(mean, "mean", channels)
     cdef const float *gm = _float32_data(grad_mean, "grad_mean", channels)
     cdef const float *gv = _float32_data(grad_var, "grad_var", channels)
-    cdef float *pdx = _float32_out(x_backprop, "x_backprop", n)
+    dx = _float32_like(x)
+    cdef float *pdx = _data(dx)
     cdef fq_status rc
     with nogil:
         rc = fq_f32_fold_batch_norm_grad(px, n, channels, m, gm, gv, count, pdx)
     _check(rc)
+    return dx
 
 
 cdef inline ptrdiff_t _stride(Py_ssize_t stride_bytes, str name) except? -1:

@@ -1186,7 +1186,7 @@ def _tracker_alike_op_by_op(monkeypatch, quantize, batches):
 def test_a_range_tracker_whose_max_comes_first_steps_in_one_call_with_the_same_bits(monkeypatch):
     """A moving-average tracker whose BatchMax the graph makes before its BatchMin: its RangePair
     (max first) still runs the range and both averages in one call, each output and variable
-    the bits of the ops one by one, over steps of different batches."""
+    the bits of the ops one by one, over steps of different batches (a strided one too)."""
     from fqcore.graph import build
     from fqcore.quantize import quant_ops
 
@@ -1198,6 +1198,7 @@ def test_a_range_tracker_whose_max_comes_first_steps_in_one_call_with_the_same_b
     monkeypatch.setattr(quant_ops, "_range", max_first)
     rng = np.random.default_rng(3)
     batches = [rng.normal(k, 2.0 + k, (5, 6)).astype(np.float32) for k in range(4)]
+    batches.append(rng.normal(1.0, 3.0, (6, 5)).astype(np.float32).T)  # strided: on a copy
     units, plain_units = _tracker_alike_op_by_op(
         monkeypatch, lambda g, x: quant_ops.moving_avg_quantize(g, x, "q", True, ema_decay=0.9),
         batches)
@@ -1209,13 +1210,15 @@ def test_a_range_tracker_whose_max_comes_first_steps_in_one_call_with_the_same_b
 
 def test_a_last_value_tracker_clamps_and_stores_in_one_call_with_the_same_bits(monkeypatch):
     """A last-value tracker (contrib's weights' quant) on batches wholly above and wholly below
-    zero, where its Minimum and Maximum with 0 decide the stored range: its RangePair's one
-    clamped_range call gives each output and variable the bits of the ops one by one."""
+    zero, where its Minimum and Maximum with 0 decide the stored range (and a strided one): its
+    RangePair's one clamped_range call gives each output and variable the bits of the ops one by
+    one."""
     from fqcore.quantize import quant_ops
     rng = np.random.default_rng(5)
     batches = [rng.uniform(1.0, 3.0, (5, 6)).astype(np.float32),
                rng.uniform(-3.0, -1.0, (5, 6)).astype(np.float32),
-               rng.normal(0.0, 2.0, (5, 6)).astype(np.float32)]
+               rng.normal(0.0, 2.0, (5, 6)).astype(np.float32),
+               rng.normal(0.0, 2.0, (6, 5)).astype(np.float32).T]  # strided: on a copy
     units, plain_units = _tracker_alike_op_by_op(
         monkeypatch, lambda g, x: quant_ops.last_value_quantize(g, x, "q", True), batches)
     pairs = [u for u in units if isinstance(u, fusion.RangePair)]
@@ -1226,34 +1229,42 @@ def test_a_last_value_tracker_clamps_and_stores_in_one_call_with_the_same_bits(m
 def test_the_chain_and_depthwise_bindings_take_any_shape_and_name_what_they_refuse():
     """The per-channel chain, residual add, folded batch-norm gradient and depthwise bindings read
     float32 arrays of any shape in place (the graph passes its values as they are: the bits of
-    their flat views) and refuse, naming the operand, an array that is strided, of another dtype
-    or byte order, or not aligned."""
+    their flat views; the chain's bindings make their outputs in x's shape) and refuse, naming
+    the operand, an array that is strided, of another dtype or byte order, or not aligned."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     scale, shift = rng.standard_normal(5).astype(np.float32), rng.standard_normal(5).astype(np.float32)
     g = nn_numpy.conv_geometry(x, np.ones((3, 3, 5, 1), np.float32))
     w = rng.standard_normal((3, 3, 5, 1)).astype(np.float32)
+
+    def depthwise(x):
+        y = np.empty((2, 3, 4, 5), np.float32)
+        _kernels.depthwise(x, w, 1, g.sizes, y)
+        return y
     calls = {
-        "channel_affine": lambda x, y: _kernels.channel_affine(x, 5, scale, shift, None, 2, y),
-        "add_activation": lambda x, y: _kernels.add_activation(x, x, 1, y),
-        "fold_batch_norm_grad": lambda x, y: _kernels.fold_batch_norm_grad(x, 5, scale, shift,
-                                                                          scale, 3.0, y),
-        "depthwise": lambda x, y: _kernels.depthwise(x, w, 1, g.sizes, y),
+        "channel_affine": lambda x: _kernels.channel_affine(x, 5, scale, shift, None, 2),
+        "channel_affine_grad": lambda x: _kernels.channel_affine_grad(
+            x, x, x, 5, scale, 2, True, True, True)[0],
+        "add_activation": lambda x: _kernels.add_activation(x, x, 1),
+        "fold_batch_norm_grad": lambda x: _kernels.fold_batch_norm_grad(x, 5, scale, shift,
+                                                                      scale, 3.0),
+        "depthwise": depthwise,
     }
     for name, call in calls.items():
-        shaped, flat = np.empty_like(x), np.empty(x.size, np.float32)
-        call(x, shaped)
-        call(x.ravel(), flat)
-        np.testing.assert_array_equal(_bits(shaped).ravel(), _bits(flat), err_msg=name)
+        shaped, flat = call(x), call(x.ravel())
+        assert shaped.shape == x.shape and shaped.dtype == np.float32, name
+        np.testing.assert_array_equal(_bits(shaped).ravel(), _bits(flat).ravel(), err_msg=name)
         for refused in (np.asfortranarray(x), x.astype(">f4"), _misaligned(x), x.astype(np.float64)):
-            operand = "a" if name == "add_activation" else "x"
+            operand = {"add_activation": "a", "channel_affine_grad": "y_backprop"}.get(name, "x")
             with pytest.raises(ValueError, match=f"{operand} must be a C-contiguous float32 array"):
-                call(refused, np.empty_like(x))
+                call(refused)
     with pytest.raises(ValueError, match="y must be a C-contiguous float32 array, got ndarray of "
                                          "float32, not aligned"):
-        calls["channel_affine"](x, _misaligned(x))
+        _kernels.depthwise(x, w, 1, g.sizes, _misaligned(x))
     with pytest.raises(ValueError, match="scale must have 5 elements, got 4"):
-        _kernels.channel_affine(x, 5, scale[:4], None, None, 0, np.empty_like(x))
+        _kernels.channel_affine(x, 5, scale[:4], None, None, 0)
+    dx, dscale, dshift = _kernels.channel_affine_grad(x, x, x, 5, None, 0, False, False, True)
+    assert dx is None and dscale is None and dshift.shape == (5,)
 
 
 def test_units_take_strided_values_through_contiguous_copies():

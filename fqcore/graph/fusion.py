@@ -170,14 +170,12 @@ class FusedChannelChain(Unit):
     def forward(self, op, inputs, ctx):
         x = inputs[0]
         scale, shift_a, shift_b = self.vectors((*inputs, None))
-        y = np.empty(x.shape, FLOAT32)
         try:
-            _kernels.channel_affine(x, self.channels, scale, shift_a, shift_b,
-                                    self.kernel_activation, y)
+            return (_kernels.channel_affine(x, self.channels, scale, shift_a, shift_b,
+                                            self.kernel_activation),)
         except ValueError:  # x not in the kernels' form (a strided view): a contiguous copy
-            _kernels.channel_affine(np.ascontiguousarray(x), self.channels, scale, shift_a,
-                                    shift_b, self.kernel_activation, y)
-        return (y,)
+            return (_kernels.channel_affine(np.ascontiguousarray(x), self.channels, scale,
+                                            shift_a, shift_b, self.kernel_activation),)
 
     def gradient(self, op, inputs, outputs, grads, needed):
         x, dy, clip = inputs[0], grads[0], None
@@ -185,16 +183,14 @@ class FusedChannelChain(Unit):
             # A fake quant of this chain's output: its clip joins this pass.
             dy, clip = (dy.dy, dy.interval) if dy.x is outputs[0] else (dy.value(), None)
         scale = inputs[1] if self.scale is not None else None
-        dx = np.empty(x.shape, FLOAT32)
-        dscale = np.empty(self.channels, FLOAT32) if scale is not None else None
-        dshift = np.empty(self.channels, FLOAT32) if self.shifts else None
+        wanted = (True, scale is not None, bool(self.shifts), clip)
         try:
-            _kernels.channel_affine_grad(dy, x, outputs[0], self.channels, scale,
-                                         self.kernel_activation, dx, dscale, dshift, clip)
+            dx, dscale, dshift = _kernels.channel_affine_grad(
+                dy, x, outputs[0], self.channels, scale, self.kernel_activation, *wanted)
         except ValueError:  # dy or x not in the kernels' form: contiguous float32 copies
-            _kernels.channel_affine_grad(np.ascontiguousarray(dy, FLOAT32),
-                                         np.ascontiguousarray(x), outputs[0], self.channels,
-                                         scale, self.kernel_activation, dx, dscale, dshift, clip)
+            dx, dscale, dshift = _kernels.channel_affine_grad(
+                np.ascontiguousarray(dy, FLOAT32), np.ascontiguousarray(x), outputs[0],
+                self.channels, scale, self.kernel_activation, *wanted)
         shift_grads = [dshift] + [dshift.copy() for _ in self.shifts[1:]]
         return [dx] + ([dscale] if scale is not None else []) + shift_grads
 
@@ -259,13 +255,11 @@ class AddActivation(Unit):
         a, b = inputs
         if a.shape != b.shape:
             return tuple(_op_by_op(self.ops, zip(self.inputs, inputs), self.outputs, ctx))
-        y = np.empty(a.shape, FLOAT32)
         try:
-            _kernels.add_activation(a, b, self.kernel_activation, y)
+            return (_kernels.add_activation(a, b, self.kernel_activation),)
         except ValueError:  # an operand not in the kernels' form: contiguous copies
-            _kernels.add_activation(np.ascontiguousarray(a), np.ascontiguousarray(b),
-                                    self.kernel_activation, y)
-        return (y,)
+            return (_kernels.add_activation(np.ascontiguousarray(a), np.ascontiguousarray(b),
+                                            self.kernel_activation),)
 
     def gradient(self, op, inputs, outputs, grads, needed):
         y, dy, clip = outputs[0], grads[0], None
@@ -279,13 +273,12 @@ class AddActivation(Unit):
             total = op_def(add.type).forward(add, inputs, None)[0]
             before = gradient_function(activation)(activation, [total], [y], [dy])[0]
             return gradient_function(add)(add, inputs, [total], [before])
-        dx = np.empty(y.shape, FLOAT32)
         try:
-            _kernels.channel_affine_grad(dy, None, y, 1, None, self.kernel_activation, dx, None,
-                                         None, clip)
+            dx = _kernels.channel_affine_grad(dy, None, y, 1, None, self.kernel_activation, True,
+                                              False, False, clip)[0]
         except ValueError:  # dy not in the kernels' form: a contiguous float32 copy
-            _kernels.channel_affine_grad(np.ascontiguousarray(dy, FLOAT32), None, y, 1, None,
-                                         self.kernel_activation, dx, None, None, clip)
+            dx = _kernels.channel_affine_grad(np.ascontiguousarray(dy, FLOAT32), None, y, 1, None,
+                                              self.kernel_activation, True, False, False, clip)[0]
         return [dx, dx]
 
 
@@ -701,14 +694,20 @@ class RangePair(Unit):
                 return self._stored(heads, inputs, ctx)
             self.layouts[x.shape] = layout
         if self.one_call and ctx.update_state and layout == (1, ()):
-            written = _kernels.range_trackers(np.ascontiguousarray(x), self.clamps,
-                                              tuple(inputs[1:]),
-                                              ctx.current_variables(self.state))
+            state = ctx.current_variables(self.state)
+            try:
+                written = _kernels.range_trackers(x, self.clamps, tuple(inputs[1:]), state)
+            except ValueError:  # x not in the kernels' form (a strided view): a contiguous copy
+                written = _kernels.range_trackers(np.ascontiguousarray(x), self.clamps,
+                                                  tuple(inputs[1:]), state)
             ctx.write_variables(self.written, written)
             return self.picked(written)
         if self.clamped_stores and ctx.update_state and layout == (1, ()):
-            stored = _kernels.clamped_range(np.ascontiguousarray(x), self.store_clamps,
-                                            self.store_bounds)
+            try:
+                stored = _kernels.clamped_range(x, self.store_clamps, self.store_bounds)
+            except ValueError:  # x not in the kernels' form (a strided view): a contiguous copy
+                stored = _kernels.clamped_range(np.ascontiguousarray(x), self.store_clamps,
+                                                self.store_bounds)
             ctx.write_variables(self.store_names, stored)
             return self.picked(stored)
         extremes = float32_range(x, layout)
@@ -1461,10 +1460,8 @@ class FilterScaling(Unit):
         dvectors = tuple([np.empty(t.shape, FLOAT32) if need else None
                           for t, need in zip(self.inputs[1:], needed[1:])])
         try:
-            _kernels.filter_scaling_grad(tuple(map(np.ascontiguousarray, filters)),
-                                         tuple(map(np.ascontiguousarray, inputs[1:])),
-                                         g, df0, dvectors)
-        except ValueError:  # a gradient that is not a C-contiguous float32 array
+            _kernels.filter_scaling_grad(filters, tuple(inputs[1:]), g, df0, dvectors)
+        except ValueError:  # an operand or a gradient that is not a C-contiguous float32 array
             values = dict(zip(self.inputs, inputs))
             values.update((m.outputs[0], p.reshape(self.shape)) for m, p in zip(self.ops, products))
             return _gradients_op_by_op(self.ops, self.inputs, values, self.outputs[:1], [g], needed)

@@ -222,13 +222,12 @@ def _fold_batch_norm_grad(op, inputs, outputs, grads):
     n = np.float32(x.size / channels)
     if x.dtype == FLOAT32 and grad_mean.dtype == FLOAT32 and grad_var.dtype == FLOAT32:
         # One pass doing the formula below in the same float32 steps.
-        dx = np.empty(x.shape, FLOAT32)
         try:
-            _kernels.fold_batch_norm_grad(x, channels, outputs[1], grad_mean, grad_var, n, dx)
+            dx = _kernels.fold_batch_norm_grad(x, channels, outputs[1], grad_mean, grad_var, n)
         except ValueError:  # an operand not in the kernels' form: contiguous copies
-            _kernels.fold_batch_norm_grad(np.ascontiguousarray(x), channels, outputs[1],
-                                          np.ascontiguousarray(grad_mean),
-                                          np.ascontiguousarray(grad_var), n, dx)
+            dx = _kernels.fold_batch_norm_grad(np.ascontiguousarray(x), channels, outputs[1],
+                                               np.ascontiguousarray(grad_mean),
+                                               np.ascontiguousarray(grad_var), n)
         return [dx, None, None, None, None]
     dmean_dx = grad_mean / n
     dvar_dx = np.float32(2) * grad_var * (x - outputs[1]) / (n - np.float32(1))
