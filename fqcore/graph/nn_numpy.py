@@ -262,15 +262,15 @@ def _kernel_form(a):
 # (run_threads), the kernel took 0.5-1.0x BLAS's time at the benchmark models' products and
 # 0.6-1.4x at their 8-column ones (AMD Zen 5, AVX-512); on the AVX2 path 0.76-0.95x the time of two
 # BLAS threads at the same products, and the training steps took 0.72-0.78x (demo) and 0.75-0.85x
-# (MobileNet-v2) their time on BLAS. The calls one at a time from Python (im2col, the products,
-# col2im) cost the demo's step 50-90 us more (Intel Xeon). Elsewhere, and for float64, numpy's BLAS
-# multiplies the same columns.
+# (MobileNet-v2) their time on BLAS. Made one at a time from Python (im2col, the products, col2im),
+# the same calls took the demo's step about 0.1 ms longer (Intel Xeon: 3.55-3.60 against 3.43-3.50
+# ms, processes alternating). Elsewhere, and for float64, numpy's BLAS multiplies the same columns.
 
 def conv2d_planned(x, w, cols, g):
     """(y, cols): conv2d of arrays that conv_geometry checked as `g`, and the columns it multiplied
     (`cols` when given, else made here)."""
     made = _kernels.conv2d_forward(x, w, g.sizes, cols)
-    if made is None and x.dtype == FLOAT32:
+    if made is None and x.dtype == FLOAT32 and _kernels.own_matrix_products():  # strided operands
         made = _kernels.conv2d_forward(_kernel_form(x), _kernel_form(w), g.sizes,
                                        None if cols is None else _kernel_form(cols))
     if made is not None:
@@ -313,21 +313,23 @@ def conv2d_grad_planned(x, w, dy, cols, g, input_gradient=True, more=()):
     """conv2d_grad of arrays that conv_geometry checked as `g`, given their columns. `more`:
     (w_k, dy_k) of other filters of this geometry on the same columns, whose input gradients join
     dx in the same product (one col2im); dy may then be None (dw is None)."""
-    pairs = ([(w, dy)] if dy is not None else []) + list(more)
-    filters, grads = [f for f, _ in pairs], [grad for _, grad in pairs]
+    filters, grads = ([w], [dy]) if dy is not None else ([], [])
+    for filters_k, grad in more:
+        filters.append(filters_k)
+        grads.append(grad)
     made = _kernels.conv2d_grad(cols, g.sizes, filters, grads, dy is not None, input_gradient)
     if made is not None:
         return made
-    for filters_k, grad in pairs:
+    for filters_k, grad in zip(filters, grads):
         _same_shape(grad, "dy", (x.shape[0], g.oh, g.ow, filters_k.shape[3]))
-    if x.dtype == FLOAT32:
+    if x.dtype == FLOAT32 and _kernels.own_matrix_products():  # strided operands: copies
         made = _kernels.conv2d_grad(_kernel_form(cols), g.sizes, list(map(_kernel_form, filters)),
                                     list(map(_kernel_form, grads)), dy is not None, input_gradient)
         if made is not None:
             return made
     # numpy's BLAS.
     terms = [(f.reshape(-1, f.shape[3]), np.ascontiguousarray(grad).reshape(-1, f.shape[3]))
-             for f, grad in pairs]
+             for f, grad in zip(filters, grads)]
     dw = None if dy is None else _filter_gradient(cols, terms[0][1]).reshape(w.shape)
     if not input_gradient:
         return None, dw
