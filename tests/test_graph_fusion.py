@@ -1186,7 +1186,8 @@ def _tracker_alike_op_by_op(monkeypatch, quantize, batches):
 def test_a_range_tracker_whose_max_comes_first_steps_in_one_call_with_the_same_bits(monkeypatch):
     """A moving-average tracker whose BatchMax the graph makes before its BatchMin: its RangePair
     (max first) still runs the range and both averages in one call, each output and variable
-    the bits of the ops one by one, over steps of different batches (a strided one too)."""
+    the bits of the ops one by one, over steps of different batches (a strided one and one not
+    aligned too)."""
     from fqcore.graph import build
     from fqcore.quantize import quant_ops
 
@@ -1199,6 +1200,7 @@ def test_a_range_tracker_whose_max_comes_first_steps_in_one_call_with_the_same_b
     rng = np.random.default_rng(3)
     batches = [rng.normal(k, 2.0 + k, (5, 6)).astype(np.float32) for k in range(4)]
     batches.append(rng.normal(1.0, 3.0, (6, 5)).astype(np.float32).T)  # strided: on a copy
+    batches.append(_misaligned(batches[0]))  # not aligned: on a copy too
     units, plain_units = _tracker_alike_op_by_op(
         monkeypatch, lambda g, x: quant_ops.moving_avg_quantize(g, x, "q", True, ema_decay=0.9),
         batches)
@@ -1210,15 +1212,16 @@ def test_a_range_tracker_whose_max_comes_first_steps_in_one_call_with_the_same_b
 
 def test_a_last_value_tracker_clamps_and_stores_in_one_call_with_the_same_bits(monkeypatch):
     """A last-value tracker (contrib's weights' quant) on batches wholly above and wholly below
-    zero, where its Minimum and Maximum with 0 decide the stored range (and a strided one): its
-    RangePair's one clamped_range call gives each output and variable the bits of the ops one by
-    one."""
+    zero, where its Minimum and Maximum with 0 decide the stored range (and a strided one and one
+    not aligned): its RangePair's one clamped_range call gives each output and variable the bits
+    of the ops one by one."""
     from fqcore.quantize import quant_ops
     rng = np.random.default_rng(5)
     batches = [rng.uniform(1.0, 3.0, (5, 6)).astype(np.float32),
                rng.uniform(-3.0, -1.0, (5, 6)).astype(np.float32),
                rng.normal(0.0, 2.0, (5, 6)).astype(np.float32),
-               rng.normal(0.0, 2.0, (6, 5)).astype(np.float32).T]  # strided: on a copy
+               rng.normal(0.0, 2.0, (6, 5)).astype(np.float32).T,  # strided: on a copy
+               _misaligned(rng.normal(0.0, 2.0, (5, 6)).astype(np.float32))]  # on a copy too
     units, plain_units = _tracker_alike_op_by_op(
         monkeypatch, lambda g, x: quant_ops.last_value_quantize(g, x, "q", True), batches)
     pairs = [u for u in units if isinstance(u, fusion.RangePair)]
@@ -1269,8 +1272,8 @@ def test_the_chain_and_depthwise_bindings_take_any_shape_and_name_what_they_refu
 
 def test_units_take_strided_values_through_contiguous_copies():
     """A per-channel chain, a residual add and a depthwise convolution whose input is a strided
-    view (a transpose's output) run their kernels on a contiguous copy: the values and gradients
-    of the same graph fed the contiguous array, bit for bit."""
+    view (a transpose's output) or is not aligned run their kernels on a copy in the kernels'
+    form: the values and gradients of the same graph fed the contiguous array, bit for bit."""
     rng = np.random.default_rng(4)
     g = G.Graph()
     with g.as_default():
@@ -1291,7 +1294,8 @@ def test_units_take_strided_values_through_contiguous_copies():
         [g.as_graph_element(t) for t in (depthwise, *grads)], {}).units}
     assert {"FusedChannelChain", "AddActivation"} <= plan_units
     fetches = [depthwise, *grads]
-    from_view = session.run(fetches, {x: strided, w: feeds_w})
     from_copy = session.run(fetches, {x: np.ascontiguousarray(strided), w: feeds_w})
-    for a, b in zip(from_view, from_copy):
-        np.testing.assert_array_equal(_bits(a), _bits(b))
+    for feed in (strided, _misaligned(strided)):
+        from_view = session.run(fetches, {x: feed, w: feeds_w})
+        for a, b in zip(from_view, from_copy):
+            np.testing.assert_array_equal(_bits(a), _bits(b))

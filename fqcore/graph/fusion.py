@@ -73,6 +73,7 @@ import numpy as np
 
 from .. import _kernels
 from ..batch_norm import nhwc_float32_statistics
+from ..ops import _kernel_form
 from . import conv_statistics, nn_numpy, vector_program
 from .op_defs._infer import constant_value
 from .op_defs.math import _shape, float32_range, range_layout
@@ -173,8 +174,8 @@ class FusedChannelChain(Unit):
         try:
             return (_kernels.channel_affine(x, self.channels, scale, shift_a, shift_b,
                                             self.kernel_activation),)
-        except ValueError:  # x not in the kernels' form (a strided view): a contiguous copy
-            return (_kernels.channel_affine(np.ascontiguousarray(x), self.channels, scale,
+        except ValueError:  # x not in the kernels' form (a strided view): a copy that is
+            return (_kernels.channel_affine(_kernel_form(x), self.channels, scale,
                                             shift_a, shift_b, self.kernel_activation),)
 
     def gradient(self, op, inputs, outputs, grads, needed):
@@ -187,9 +188,9 @@ class FusedChannelChain(Unit):
         try:
             dx, dscale, dshift = _kernels.channel_affine_grad(
                 dy, x, outputs[0], self.channels, scale, self.kernel_activation, *wanted)
-        except ValueError:  # dy or x not in the kernels' form: contiguous float32 copies
+        except ValueError:  # dy or x not in the kernels' form: float32 copies that are
             dx, dscale, dshift = _kernels.channel_affine_grad(
-                np.ascontiguousarray(dy, FLOAT32), np.ascontiguousarray(x), outputs[0],
+                _kernel_form(np.asarray(dy, FLOAT32)), _kernel_form(x), outputs[0],
                 self.channels, scale, self.kernel_activation, *wanted)
         shift_grads = [dshift] + [dshift.copy() for _ in self.shifts[1:]]
         return [dx] + ([dscale] if scale is not None else []) + shift_grads
@@ -257,8 +258,8 @@ class AddActivation(Unit):
             return tuple(_op_by_op(self.ops, zip(self.inputs, inputs), self.outputs, ctx))
         try:
             return (_kernels.add_activation(a, b, self.kernel_activation),)
-        except ValueError:  # an operand not in the kernels' form: contiguous copies
-            return (_kernels.add_activation(np.ascontiguousarray(a), np.ascontiguousarray(b),
+        except ValueError:  # an operand not in the kernels' form: copies that are
+            return (_kernels.add_activation(_kernel_form(a), _kernel_form(b),
                                             self.kernel_activation),)
 
     def gradient(self, op, inputs, outputs, grads, needed):
@@ -276,9 +277,10 @@ class AddActivation(Unit):
         try:
             dx = _kernels.channel_affine_grad(dy, None, y, 1, None, self.kernel_activation, True,
                                               False, False, clip)[0]
-        except ValueError:  # dy not in the kernels' form: a contiguous float32 copy
-            dx = _kernels.channel_affine_grad(np.ascontiguousarray(dy, FLOAT32), None, y, 1, None,
-                                              self.kernel_activation, True, False, False, clip)[0]
+        except ValueError:  # dy not in the kernels' form: a float32 copy that is
+            dx = _kernels.channel_affine_grad(_kernel_form(np.asarray(dy, FLOAT32)), None, y, 1,
+                                              None, self.kernel_activation, True, False, False,
+                                              clip)[0]
         return [dx, dx]
 
 
@@ -697,16 +699,16 @@ class RangePair(Unit):
             state = ctx.current_variables(self.state)
             try:
                 written = _kernels.range_trackers(x, self.clamps, tuple(inputs[1:]), state)
-            except ValueError:  # x not in the kernels' form (a strided view): a contiguous copy
-                written = _kernels.range_trackers(np.ascontiguousarray(x), self.clamps,
+            except ValueError:  # x not in the kernels' form (a strided view): a copy that is
+                written = _kernels.range_trackers(_kernel_form(x), self.clamps,
                                                   tuple(inputs[1:]), state)
             ctx.write_variables(self.written, written)
             return self.picked(written)
         if self.clamped_stores and ctx.update_state and layout == (1, ()):
             try:
                 stored = _kernels.clamped_range(x, self.store_clamps, self.store_bounds)
-            except ValueError:  # x not in the kernels' form (a strided view): a contiguous copy
-                stored = _kernels.clamped_range(np.ascontiguousarray(x), self.store_clamps,
+            except ValueError:  # x not in the kernels' form (a strided view): a copy that is
+                stored = _kernels.clamped_range(_kernel_form(x), self.store_clamps,
                                                 self.store_bounds)
             ctx.write_variables(self.store_names, stored)
             return self.picked(stored)
@@ -1338,14 +1340,14 @@ def _gradients_op_by_op(ops, inputs, values, exits, exit_grads, needed):
 
 
 def _run_program(code, kept, sources, registers):
-    """Runs a vector program on `sources` (a sequence), or on C-contiguous copies of them where
-    the binding refuses one that is not; the sources it ran on, or None where one is not
-    float32."""
+    """Runs a vector program on `sources` (a sequence), or on copies of them in the kernels' form
+    (C-contiguous, aligned) where the binding refuses one that is not; the sources it ran on, or
+    None where one is not float32."""
     try:
         _kernels.vector_program(code, kept, tuple(sources), registers)
         return sources
     except ValueError:
-        sources = [np.ascontiguousarray(v) for v in sources]
+        sources = [_kernel_form(np.asarray(v)) for v in sources]
         if any(v.dtype != FLOAT32 for v in sources):
             return None
         _kernels.vector_program(code, kept, tuple(sources), registers)
@@ -1444,9 +1446,9 @@ class FilterScaling(Unit):
         products = np.empty((len(self.ops), self.size), FLOAT32)
         try:
             _kernels.filter_scaling(inputs[0], tuple(inputs[1:]), products)
-        except ValueError:  # an operand that is not C-contiguous
-            _kernels.filter_scaling(np.ascontiguousarray(inputs[0]),
-                                    tuple(map(np.ascontiguousarray, inputs[1:])), products)
+        except ValueError:  # an operand not in the kernels' form: copies that are
+            _kernels.filter_scaling(_kernel_form(inputs[0]), tuple(map(_kernel_form, inputs[1:])),
+                                    products)
         return products[-1].reshape(self.shape), products
 
     def gradient(self, op, inputs, outputs, grads, needed):

@@ -8,6 +8,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import _kernels
+from ..ops import _kernel_form
 
 _PADDINGS = ("SAME", "VALID")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -248,11 +249,6 @@ def conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), cols=None):
     g = _checked_geometry(x.shape, w.shape[:2], strides, dilations, oh, ow, pads)
     cols = None if cols is None else _checked_cols(cols, x, w, oh, ow)
     return conv2d_planned(x, w, cols, g)[0]
-
-
-def _kernel_form(a):
-    """`a` as fqcore's kernels take it: native float32, C-contiguous and aligned (a copy if not)."""
-    return np.require(a, FLOAT32, "CA")
 
 
 # A float32 convolution multiplies on fqcore's kernel (fq_f32_matmul, its sums in a fixed order: the

@@ -3,6 +3,7 @@ import numpy as np
 
 from ... import _kernels
 from ... import batch_norm as _bn
+from ...ops import _kernel_form
 from .. import nn_numpy
 from ..op_registry import register, register_gradient_override
 from ._infer import FLOAT32, like_input
@@ -224,10 +225,9 @@ def _fold_batch_norm_grad(op, inputs, outputs, grads):
         # One pass doing the formula below in the same float32 steps.
         try:
             dx = _kernels.fold_batch_norm_grad(x, channels, outputs[1], grad_mean, grad_var, n)
-        except ValueError:  # an operand not in the kernels' form: contiguous copies
-            dx = _kernels.fold_batch_norm_grad(np.ascontiguousarray(x), channels, outputs[1],
-                                               np.ascontiguousarray(grad_mean),
-                                               np.ascontiguousarray(grad_var), n)
+        except ValueError:  # an operand not in the kernels' form: copies that are
+            dx = _kernels.fold_batch_norm_grad(_kernel_form(x), channels, outputs[1],
+                                               _kernel_form(grad_mean), _kernel_form(grad_var), n)
         return [dx, None, None, None, None]
     dmean_dx = grad_mean / n
     dvar_dx = np.float32(2) * grad_var * (x - outputs[1]) / (n - np.float32(1))
