@@ -197,10 +197,19 @@ cdef inline bint _is_kernel_array(object a) noexcept:
             and (cnp.PyArray_FLAGS(array) & _KERNEL_FLAGS) == _KERNEL_FLAGS)
 
 
-cdef inline bint _is_vector(object a, cnp.npy_intp size) noexcept:
-    """A kernel array of one dimension, `size` long."""
-    return (_is_kernel_array(a) and cnp.PyArray_NDIM(<cnp.ndarray>a) == 1
-            and cnp.PyArray_DIMS(<cnp.ndarray>a)[0] == size)
+cdef inline bint _is_shaped(object a, int rank, cnp.npy_intp d0, cnp.npy_intp d1=-1,
+                            cnp.npy_intp d2=-1, cnp.npy_intp d3=-1) noexcept:
+    """A kernel array of `rank` dimensions (1 to 4) of sizes d0, d1, ... (a negative one: any)."""
+    if not _is_kernel_array(a) or cnp.PyArray_NDIM(<cnp.ndarray>a) != rank:
+        return False
+    cdef cnp.npy_intp wanted[4]
+    wanted[0], wanted[1], wanted[2], wanted[3] = d0, d1, d2, d3
+    cdef cnp.npy_intp *dims = cnp.PyArray_DIMS(<cnp.ndarray>a)
+    cdef int k
+    for k in range(rank):
+        if wanted[k] >= 0 and dims[k] != wanted[k]:
+            return False
+    return True
 
 
 cdef inline bint _is_attrs(object num_bits, object narrow_range) noexcept:
@@ -523,11 +532,11 @@ def bn_statistics_nhwc(x, scale, offset, float epsilon):
     checks cost more than the kernel on a small tensor. None unless x, scale and offset are kernel
     arrays (_is_kernel_array) of those shapes: the caller then takes fused_batch_norm, which names
     what is wrong or copies."""
-    if not (_is_kernel_array(x) and cnp.PyArray_NDIM(<cnp.ndarray>x) == 4):
+    if not _is_shaped(x, 4, -1):
         return None
     cdef cnp.npy_intp *dims = cnp.PyArray_DIMS(<cnp.ndarray>x)
     cdef cnp.npy_intp channels = dims[3]
-    if not (_is_vector(scale, channels) and _is_vector(offset, channels)):
+    if not (_is_shaped(scale, 1, channels) and _is_shaped(offset, 1, channels)):
         return None
     cdef fq_bn_shape shape = _bn_shape(True, dims[0], channels, dims[1] * dims[2])
     statistics = tuple([_empty(1, channels, 0, 0, 0) for _ in range(4)])
@@ -885,17 +894,6 @@ def matmul(const float[:, :] a, const float[:, :] b, float[:, ::1] c, bint conti
 # geometry (the 14 sizes, as above) gives it: fqcore/graph/nn_numpy.py then makes the calls one at a
 # time, or BLAS's.
 
-cdef inline bint _is_shaped(object a, int rank, cnp.npy_intp d0, cnp.npy_intp d1, cnp.npy_intp d2,
-                            cnp.npy_intp d3) noexcept:
-    """A kernel array of `rank` (2 or 4) with those sizes (the last one any when negative)."""
-    if not _is_kernel_array(a) or cnp.PyArray_NDIM(<cnp.ndarray>a) != rank:
-        return False
-    cdef cnp.npy_intp *dims = cnp.PyArray_DIMS(<cnp.ndarray>a)
-    if rank == 2:
-        return dims[0] == d0 and (d1 < 0 or dims[1] == d1)
-    return dims[0] == d0 and dims[1] == d1 and dims[2] == d2 and (d3 < 0 or dims[3] == d3)
-
-
 cdef inline object _empty(int rank, cnp.npy_intp d0, cnp.npy_intp d1, cnp.npy_intp d2,
                           cnp.npy_intp d3):
     cdef cnp.npy_intp dims[4]
@@ -913,8 +911,8 @@ def conv2d_forward(x, w, tuple geometry, columns):
     cdef cnp.npy_intp pixels = g.batch * g.out_height * g.out_width
     cdef cnp.npy_intp window = _filter_size(&g, 1)
     if not (_is_shaped(x, 4, g.batch, g.height, g.width, g.channels)
-            and _is_shaped(w, 4, g.kernel_height, g.kernel_width, g.channels, -1)
-            and (columns is None or _is_shaped(columns, 2, pixels, window, 0, 0))):
+            and _is_shaped(w, 4, g.kernel_height, g.kernel_width, g.channels)
+            and (columns is None or _is_shaped(columns, 2, pixels, window))):
         return None
     cdef cnp.npy_intp outputs = cnp.PyArray_DIMS(<cnp.ndarray>w)[3]
     cdef bint given = columns is not None
@@ -946,11 +944,11 @@ def conv2d_grad(columns, tuple geometry, list filters, list output_gradients,
     cdef cnp.npy_intp window = _filter_size(&g, 1)
     cdef Py_ssize_t k, terms = len(filters)
     if (terms != len(output_gradients) or (terms == 0 and (filter_gradient or input_gradient))
-            or not _is_shaped(columns, 2, pixels, window, 0, 0)):
+            or not _is_shaped(columns, 2, pixels, window)):
         return None
     cdef cnp.npy_intp outputs
     for k in range(terms):
-        if not _is_shaped(filters[k], 4, g.kernel_height, g.kernel_width, g.channels, -1):
+        if not _is_shaped(filters[k], 4, g.kernel_height, g.kernel_width, g.channels):
             return None
         outputs = cnp.PyArray_DIMS(<cnp.ndarray>filters[k])[3]
         if not _is_shaped(output_gradients[k], 4, g.batch, g.out_height, g.out_width, outputs):
