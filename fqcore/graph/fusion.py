@@ -78,6 +78,7 @@ from . import conv_statistics, nn_numpy, vector_program
 from .op_defs._infer import constant_value
 from .op_defs.math import _shape, float32_range, range_layout
 from .op_defs.nn import FOLDED_GRADIENT, batch_norm_forward, conv_args
+from .op_defs.quant import _bits as quant_bits
 from .op_registry import gradient_function, op_def
 
 # What fusion asks of a plan: sole_consumer(tensor), the one op that reads a tensor nothing else
@@ -552,7 +553,7 @@ class ClippedFakeQuant(Unit):
         self.inputs, self.outputs = list(op.inputs), list(op.outputs)
         self.op_forward = op_def(op.type).forward
         self.op_gradient = gradient_function(op)
-        self.bits = (op.attrs.get("num_bits", 8), op.attrs.get("narrow_range", False))
+        self.bits = quant_bits(op)
 
     def forward(self, op, inputs, ctx):
         return self.op_forward(self.ops[0], inputs, ctx)

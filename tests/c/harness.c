@@ -70,6 +70,12 @@ void *xmalloc_aligned(size_t bytes) {
     return p;
 }
 
+float *random_floats(size_t n) {
+    float *a = xmalloc_aligned(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; ++i) a[i] = unif(-2.0f, 2.0f);
+    return a;
+}
+
 float *guarded_output(size_t n) {
     float *buf = xmalloc_aligned((2 * GUARD_FLOATS + n) * sizeof(float));
     for (size_t i = 0; i < 2 * GUARD_FLOATS + n; ++i) buf[i] = from_bits(GUARD_BITS);

@@ -28,6 +28,8 @@ extern long n_passed, n_failed;
 
 /* 64-byte aligned; exits on failure. */
 void *xmalloc_aligned(size_t bytes);
+/* n floats uniform in [-2, 2), from xmalloc_aligned (n may be 0); free with free(). */
+float *random_floats(size_t n);
 
 /* An output of n floats between two runs of GUARD_FLOATS floats holding GUARD_BITS (a signalling
    NaN no kernel writes): output_intact tells whether a kernel wrote outside it; free_output frees

@@ -37,12 +37,6 @@ static int guards_intact(const guarded *g) {
     return 1;
 }
 
-static float *random_floats(size_t n) {
-    float *a = xmalloc_aligned(n * sizeof(float) + 1);
-    for (size_t i = 0; i < n; ++i) a[i] = unif(-2.0f, 2.0f);
-    return a;
-}
-
 /* Input index of output index `out` at tap `tap`, or -1 in the padding. */
 static long input_index(size_t out, size_t tap, size_t stride, size_t dilation, size_t pad,
                         size_t size) {

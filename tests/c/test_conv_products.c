@@ -26,12 +26,6 @@ static size_t window(const fq_conv_geometry *g) {
     return g->kernel_height * g->kernel_width * g->channels;
 }
 
-static float *random_floats(size_t n) {
-    float *a = xmalloc_aligned(n * sizeof(float) + 1);
-    for (size_t i = 0; i < n; ++i) a[i] = unif(-2.0f, 2.0f);
-    return a;
-}
-
 static int all_same(const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; ++i)
         if (!same(a[i], b[i])) return 0;
