@@ -68,6 +68,7 @@ typedef struct {
     float *out;
     size_t n, chunk;
     const fq_grid *grid;
+    void (*forward_mul)(const float *x, float *out, size_t n, const fq_grid *grid); /* this CPU's */
 } elementwise_job;
 
 /* Chunks [first, end) in one kernel call: one stream for the prefetchers. */
@@ -77,7 +78,7 @@ static void elementwise_range(void *context, size_t first, size_t end) {
     const size_t stop = end * job->chunk < job->n ? end * job->chunk : job->n;
     const size_t len = stop - start;
     switch (job->op) {
-    case FORWARD_MUL: job->k->forward_mul(job->x + start, job->out + start, len, job->grid); break;
+    case FORWARD_MUL: job->forward_mul(job->x + start, job->out + start, len, job->grid); break;
     case FORWARD_DIV: job->k->forward_div(job->x + start, job->out + start, len, job->grid); break;
     case MASK: job->k->mask(job->g + start, job->x + start, job->out + start, len, job->grid); break;
     }
@@ -86,7 +87,10 @@ static void elementwise_range(void *context, size_t first, size_t end) {
 static void run_elementwise(elementwise_op op, const float *g, const float *x, float *out, size_t n,
                             const fq_grid *grid) {
     const int threads = fq_runtime_threads_for(n, ceil_div(n, FQ_CHUNK_ALIGN));
-    elementwise_job job = {active_kernels(), op, g, x, out, n, n, grid};
+    const fq_isa isa = fq_get_isa();
+    const fq_fake_quant_kernels *k = fq_fake_quant_kernels_for(isa);
+    elementwise_job job = {k, op, g, x, out, n, n, grid,
+                           fq_forward_on_fma_for(isa) ? k->forward_mul : k->forward_mul_on_adds};
     if (threads > 1) job.chunk = FQ_ITEM_ELEMENTS;
     fq_parallel_for(threads, ceil_div(n, job.chunk), elementwise_range, &job);
 }

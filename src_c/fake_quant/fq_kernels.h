@@ -82,6 +82,9 @@ typedef enum {
 typedef struct {
     /* Args forward: floorf((c - nmin) * inv_scale - quant_zero + 0.5f) * scale. */
     void (*forward_mul)(const float *x, float *out, size_t n, const fq_grid *grid);
+    /* The same, the bits too, with its subtractions issued as plain ones rather than on the FMAs
+       (fq_forward_on_fma_for in common/kernel_choices.h picks one per CPU). */
+    void (*forward_mul_on_adds)(const float *x, float *out, size_t n, const fq_grid *grid);
     /* Vars forward: the same with (c - nmin) / scale. */
     void (*forward_div)(const float *x, float *out, size_t n, const fq_grid *grid);
     /* dx = g * (nmin <= x <= nmax). */

@@ -103,19 +103,30 @@ FQ_INLINE fqv forward_div_v(fqv x, const fq_vgrid *q) {
 }
 
 /* The multiplying forward's eight operations are six of the kind Zen 4 runs on its add pipes (add,
-   subtract, min, max, round) and two of the kind it runs on its multiply/FMA pipes; its two
-   subtractions on the FMAs balance them four and four (AVX-512, 64K elements in L2: 6.9 -> 5.5 us;
-   the addition of 0.5 moved as well made it 5.9 us). */
-FQ_INLINE fqv forward_mul_v(fqv x, const fq_vgrid *q) {
-    const fqv shifted = fqv_sub_on_fma(fqv_clamp(x, q->nudged_min, q->nudged_max), q->nudged_min);
-    return floor_scaled(fqv_add(fqv_sub_on_fma(fqv_mul(shifted, q->inv_scale), q->quant_zero), fqv_set1(0.5f)), q);
+   subtract, min, max, round) and two of the kind it runs on its multiply/FMA pipes; with `on_fma`
+   its two subtractions on the FMAs balance them four and four (AVX-512, 64K elements in L2: 6.9 ->
+   5.5 us; the addition of 0.5 moved as well made it 5.9 us). Intel's cores are the other way:
+   min, max, multiply and round (two operations) issue on the two ports that also run the FMAs,
+   while a plain subtraction may take a third, so on the AVX2 path the FMA subtractions make those
+   two ports the bottleneck (Intel Xeon, Sapphire Rapids class, one thread, 64K elements, Args
+   forward against np.multiply: 1.49-1.50x on the FMAs, 1.28-1.29x plain; AVX-512, whose 512-bit
+   operations issue on two ports either way, 1.05-1.06x both). `on_fma` is a constant of each
+   caller (kernel_choices.h picks per CPU); the bits are the same. */
+FQ_INLINE fqv forward_mul_v(fqv x, const fq_vgrid *q, const int on_fma) {
+    const fqv clamped = fqv_clamp(x, q->nudged_min, q->nudged_max);
+    const fqv shifted = on_fma ? fqv_sub_on_fma(clamped, q->nudged_min) : fqv_sub(clamped, q->nudged_min);
+    const fqv scaled = fqv_mul(shifted, q->inv_scale);
+    const fqv centred = on_fma ? fqv_sub_on_fma(scaled, q->quant_zero) : fqv_sub(scaled, q->quant_zero);
+    return floor_scaled(fqv_add(centred, fqv_set1(0.5f)), q);
 }
 
-FQ_INLINE fqv forward_v(fqv x, const fq_vgrid *q, int divide) {
-    return divide ? forward_div_v(x, q) : forward_mul_v(x, q);
+/* The forward of `op` (a constant of each caller). */
+enum { FQ_FORWARD_DIV, FQ_FORWARD_MUL_ON_FMA, FQ_FORWARD_MUL_ON_ADDS };
+FQ_INLINE fqv forward_v(fqv x, const fq_vgrid *q, const int op) {
+    return op == FQ_FORWARD_DIV ? forward_div_v(x, q) : forward_mul_v(x, q, op == FQ_FORWARD_MUL_ON_FMA);
 }
 
-/* Both per-tensor forwards; `divide` is a constant in each caller, which gets a loop of its own.
+/* Every per-tensor forward; `op` is a constant in each caller, which gets a loop of its own.
    Four vectors a step, all loaded before any is stored (AVX-512, 64K elements: 8.0 -> 7.1 us; one
    at a time 7.7): more independent chains in flight. The next step's vectors are loaded before
    this step's stores: when out sits a few bytes past x modulo 4 KiB (consecutive heap arrays do),
@@ -132,11 +143,11 @@ FQ_INLINE size_t head_to_align(const float *out, size_t n) {
     return FQ_W - misaligned / sizeof(float);
 }
 
-FQ_INLINE void forward_loop(const float *x, float *out, size_t n, const fq_grid *grid, int divide) {
+FQ_INLINE void forward_loop(const float *x, float *out, size_t n, const fq_grid *grid, const int op) {
     const fq_vgrid q = broadcast(grid);
     const size_t head = head_to_align(out, n);
     if (head > 0) {
-        fqv_store_lanes(out, 0, head, forward_v(fqv_load_lanes(x, 0, head), &q, divide));
+        fqv_store_lanes(out, 0, head, forward_v(fqv_load_lanes(x, 0, head), &q, op));
         x += head;
         out += head;
         n -= head;
@@ -150,22 +161,26 @@ FQ_INLINE void forward_loop(const float *x, float *out, size_t n, const fq_grid 
             fqv next[4];
             if (!last)
                 for (int k = 0; k < 4; ++k) next[k] = fqv_load(x + i + FQ_W * (4 + k));
-            for (int k = 0; k < 4; ++k) fqv_store(out + i + FQ_W * k, forward_v(v[k], &q, divide));
+            for (int k = 0; k < 4; ++k) fqv_store(out + i + FQ_W * k, forward_v(v[k], &q, op));
             if (last) break;
             for (int k = 0; k < 4; ++k) v[k] = next[k];
         }
         i += 4 * FQ_W;
     }
-    for (; i + FQ_W <= n; i += FQ_W) fqv_store(out + i, forward_v(fqv_load(x + i), &q, divide));
-    if (i < n) fqv_store_lanes(out + i, 0, n - i, forward_v(fqv_load_lanes(x + i, 0, n - i), &q, divide));
+    for (; i + FQ_W <= n; i += FQ_W) fqv_store(out + i, forward_v(fqv_load(x + i), &q, op));
+    if (i < n) fqv_store_lanes(out + i, 0, n - i, forward_v(fqv_load_lanes(x + i, 0, n - i), &q, op));
 }
 
 static void FQ_NAME(forward_mul)(const float *x, float *out, size_t n, const fq_grid *grid) {
-    forward_loop(x, out, n, grid, 0);
+    forward_loop(x, out, n, grid, FQ_FORWARD_MUL_ON_FMA);
+}
+
+static void FQ_NAME(forward_mul_on_adds)(const float *x, float *out, size_t n, const fq_grid *grid) {
+    forward_loop(x, out, n, grid, FQ_FORWARD_MUL_ON_ADDS);
 }
 
 static void FQ_NAME(forward_div)(const float *x, float *out, size_t n, const fq_grid *grid) {
-    forward_loop(x, out, n, grid, 1);
+    forward_loop(x, out, n, grid, FQ_FORWARD_DIV);
 }
 
 /* ---- Per-tensor gradient ---- */
@@ -333,7 +348,7 @@ static void FQ_NAME(mask_sums)(const float *g, const float *x, float *dx, size_t
    operations split four and four ([512, 128]: 7.8 -> 6.4 us). `scaled_clamp` is a constant in each
    caller, which gets a loop of its own. */
 FQ_INLINE fqv channel_forward_v(fqv x, const fq_vgrid *q, int scaled_clamp, fqv clamp_max) {
-    if (!scaled_clamp) return forward_mul_v(x, q);
+    if (!scaled_clamp) return forward_mul_v(x, q, 1);
     const fqv scaled = fqv_clamp(fqv_mul(fqv_sub(x, q->nudged_min), q->inv_scale), fqv_zero(), clamp_max);
     return floor_scaled(fqv_add_on_fma(fqv_sub_on_fma(scaled, q->quant_zero), fqv_set1(0.5f)), q);
 }
@@ -1055,7 +1070,7 @@ static float FQ_NAME(scaled_clamp_max)(const float *grid, const float *position_
 }
 
 const fq_fake_quant_kernels FQ_NAME(fq_fake_quant) = {
-    FQ_NAME(forward_mul),       FQ_NAME(forward_div),      FQ_NAME(mask),
-    FQ_NAME(mask_sums),         FQ_NAME(channel_forward),  FQ_NAME(channel_mask_sums),
+    FQ_NAME(forward_mul),       FQ_NAME(forward_mul_on_adds), FQ_NAME(forward_div),
+    FQ_NAME(mask),              FQ_NAME(mask_sums),         FQ_NAME(channel_forward),  FQ_NAME(channel_mask_sums),
     FQ_NAME(nudge_channels),    FQ_NAME(scaled_clamp_max), FQ_NAME(channel_mask_sums_aligned),
 };

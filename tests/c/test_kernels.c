@@ -1055,6 +1055,27 @@ static void test_per_channel_gradient_strips(void) {
     fq_force_grad_strips(-1);
 }
 
+/* The Args forward with its subtractions on the FMAs and as plain ones (common/kernel_choices.h),
+   forced on every ISA whatever this CPU is: sizes around the four-vector step and the aligning
+   head, misaligned starts, every special range, 2 to 16 bits, both narrow_range values, 1 to 4
+   threads at the largest size. */
+static void test_args_forward_pipes(void) {
+    const size_t sizes[] = {1, 15, 16, 17, 63, 64, 65, 127, 129, 1000, 100003};
+    unsigned counter = 0;
+    for (int on_fma = 0; on_fma <= 1; ++on_fma) {
+        fq_force_forward_on_fma(on_fma);
+        for (size_t r = 0; r < N_SPECIAL_RANGES; ++r)
+            for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; ++s, ++counter) {
+                const int last = s + 1 == sizeof sizes / sizeof sizes[0];
+                check_tensor(OP_ARGS, sizes[s], special_ranges[r][0], special_ranges[r][1],
+                             2 + (int)(counter * 7 % 15), (int)(counter & 1), (x_mode)(counter % 3),
+                             (g_mode)(counter / 3 % 5), counter % 2 ? random_offset() : 0, 0,
+                             counter % 3 ? random_offset() : 0, last, ALIAS_NONE);
+            }
+    }
+    fq_force_forward_on_fma(-1);
+}
+
 /* ---------------- the per-channel nudge ---------------- */
 
 /* Each ISA's nudge_channels against fq_nudge on the same ranges, every parameter bit for bit (NaN
@@ -1129,6 +1150,7 @@ int main(void) {
         {"per-tensor sizes 0..1000", test_small_sizes},
         {"per-tensor ranges x bits x narrow", test_param_sweep},
         {"per-tensor large, threads 1..4", test_large_sizes},
+        {"Args forward, both subtractions", test_args_forward_pipes},
         {"per-channel nudge vs fq_nudge", test_nudge},
         {"per-channel shapes", test_per_channel},
         {"per-channel large, threads 1..4", test_per_channel_large},
