@@ -49,6 +49,8 @@ def test_kernel_choices_follow_the_active_isa():
                 assert choices.startswith("per-channel forward: rows sharing grid loads")
                 strips = "strips in L2" if isa == "avx2" else "no strips"
                 assert f"; per-channel gradient: {strips}; " in choices
+                assert ("; its groups in L2: loud vectors alone;" in choices
+                        or "; its groups in L2: every vector if one is loud;" in choices)
                 assert ("; batch-norm channels-first gradient: blocks of channels;" in choices
                         or "; batch-norm channels-first gradient: two passes;" in choices)
                 # AVX-512 keeps the FMA subtractions on every CPU; AVX2 takes them on AMD's Zens.

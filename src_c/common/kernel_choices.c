@@ -1,6 +1,7 @@
 /* The kernels' CPU-dependent walk choices (kernel_choices.h). */
 #include "kernel_choices.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -103,6 +104,18 @@ int fq_grad_strips_for(fq_isa isa) { return forced_or(&forced_grad_strips, isa =
 
 void fq_force_grad_strips(int strips) { force(&forced_grad_strips, strips); }
 
+static int forced_grad_skips = -1;
+
+/* Intel Xeon (Sapphire Rapids class) gains on both x86 paths (fq_simd.h, grad_group, has the
+   figures). AMD's Zens keep adding every vector of a group that is not quiet: their figures in
+   fq_simd.h were measured that way, the other never; nor was NEON. */
+int fq_grad_skips_quiet_vectors_for(fq_isa isa) {
+    return forced_or(&forced_grad_skips,
+                     !on_zen() && (isa == FQ_ISA_AVX2 || isa == FQ_ISA_AVX512));
+}
+
+void fq_force_grad_skips(int skips) { force(&forced_grad_skips, skips); }
+
 static int forced_forward_on_fma = -1;
 
 /* fq_simd.h, forward_mul_v, has the figures: Zen 4 gains from the FMA subtractions (AVX-512, 64K
@@ -116,31 +129,24 @@ int fq_forward_on_fma_for(fq_isa isa) {
 
 void fq_force_forward_on_fma(int on_fma) { force(&forced_forward_on_fma, on_fma); }
 
-#define ROWS_SHARE "per-channel forward: rows sharing grid loads"
-#define PAIRS_AT_4K ROWS_SHARE ", in pairs 4 KiB apart"
-#define ONE_ROW_PAST_L2 ROWS_SHARE " in L2, one row at a time past it"
-#define SHORT_ROWS_FLAT PAIRS_AT_4K "; short rows flat"
-#define BN_BLOCKS "; batch-norm channels-first gradient: blocks of channels"
-#define BN_PASSES "; batch-norm channels-first gradient: two passes"
-#define GRAD_STRIPS "; per-channel gradient: strips in L2"
-#define GRAD_NO_STRIPS "; per-channel gradient: no strips"
-#define ON_ADDS "; Args forward: plain subtractions"
-#define ON_FMA "; Args forward: subtractions on the FMAs"
-/* A text's two endings, by the Args forward's subtractions. */
-#define WITH_FORWARD(text) { text ON_ADDS, text ON_FMA }
-/* A row walk's texts, by 2 * grad strips + batch-norm blocks, then the Args forward. */
-#define WITH_GRAD_AND_BN(walk)                                                                     \
-    { WITH_FORWARD(walk GRAD_NO_STRIPS BN_PASSES), WITH_FORWARD(walk GRAD_NO_STRIPS BN_BLOCKS),   \
-      WITH_FORWARD(walk GRAD_STRIPS BN_PASSES), WITH_FORWARD(walk GRAD_STRIPS BN_BLOCKS) }
+#define ROWS_SHARE "rows sharing grid loads"
 
 const char *fq_kernel_choices(void) {
-    static const char *const texts[FQ_ROW_WALK_COUNT][4][2] = {
-        [FQ_ROWS_SHARE_GRID] = WITH_GRAD_AND_BN(ROWS_SHARE),
-        [FQ_ROWS_SHARE_GRID_PAIRS_AT_4K] = WITH_GRAD_AND_BN(PAIRS_AT_4K),
-        [FQ_ONE_ROW_PAST_L2] = WITH_GRAD_AND_BN(ONE_ROW_PAST_L2),
-        [FQ_SHORT_ROWS_FLAT] = WITH_GRAD_AND_BN(SHORT_ROWS_FLAT)};
+    static const char *const walks[FQ_ROW_WALK_COUNT] = {
+        [FQ_ROWS_SHARE_GRID] = ROWS_SHARE,
+        [FQ_ROWS_SHARE_GRID_PAIRS_AT_4K] = ROWS_SHARE ", in pairs 4 KiB apart",
+        [FQ_ONE_ROW_PAST_L2] = ROWS_SHARE " in L2, one row at a time past it",
+        [FQ_SHORT_ROWS_FLAT] = ROWS_SHARE ", in pairs 4 KiB apart; short rows flat"};
+    static _Thread_local char text[384];
     const fq_isa isa = fq_get_isa();
     if (isa == FQ_ISA_SCALAR) return "scalar kernels: no choices";
-    return texts[fq_row_walk_for(isa)][2 * fq_grad_strips_for(isa) + fq_bn_gradient_blocks()]
-                [fq_forward_on_fma_for(isa)];
+    snprintf(text, sizeof text,
+             "per-channel forward: %s; per-channel gradient: %s; its groups in L2: %s; "
+             "batch-norm channels-first gradient: %s; Args forward: %s",
+             walks[fq_row_walk_for(isa)], fq_grad_strips_for(isa) ? "strips in L2" : "no strips",
+             fq_grad_skips_quiet_vectors_for(isa) ? "loud vectors alone"
+                                                  : "every vector if one is loud",
+             fq_bn_gradient_blocks() ? "blocks of channels" : "two passes",
+             fq_forward_on_fma_for(isa) ? "subtractions on the FMAs" : "plain subtractions");
+    return text;
 }

@@ -42,6 +42,13 @@ void fq_force_bn_blocks(int blocks);
 int fq_grad_strips_for(fq_isa isa);
 void fq_force_grad_strips(int strips);
 
+/* Whether `isa`'s per-channel gradient, with its data in L2, adds the loud vectors of a group that
+   is not quiet alone rather than all of them (fake_quant/fq_simd.h, grad_group); the bits are the
+   same. fq_force_grad_skips(1 or 0) fixes it for every ISA on any CPU (the C harness checks
+   both), fq_force_grad_skips(-1) undoes that. */
+int fq_grad_skips_quiet_vectors_for(fq_isa isa);
+void fq_force_grad_skips(int skips);
+
 /* Whether `isa`'s multiplying per-tensor forward (the Args forward) issues its subtractions on the
    FMA pipes (fq_fake_quant_kernels.forward_mul) rather than as plain ones (forward_mul_on_adds);
    the bits are the same. fq_force_forward_on_fma(1 or 0) fixes it for every ISA on any CPU (the C

@@ -301,7 +301,9 @@ static fq_status setup_channels(channel_setup *s, const fq_fake_quant_kernels *k
     }
     k->nudge_channels(s->position_min, s->position_max, period, num_bits, narrow_range, s->grid);
     const fq_isa isa = fq_get_isa();
-    s->table = (fq_grid_table){period, s->grid, 0.0f, fq_row_walk_for(isa), fq_grad_strips_for(isa)};
+    /* The gradient sets grad_skips_quiet_vectors (channel_grad). */
+    s->table =
+        (fq_grid_table){period, s->grid, 0.0f, fq_row_walk_for(isa), fq_grad_strips_for(isa), 0};
     /* Locals, not s's fields: a store through an unsigned char pointer may alias any object, so
        the loop would reload s->zero_channel after each. */
     unsigned char *zero_channel = s->zero_channel;
@@ -519,6 +521,8 @@ static fq_status channel_grad(const fq_fake_quant_kernels *k, const float *g, co
     channel_setup s;
     fq_status status = setup_channels(&s, k, channels, min, max, num_bits, narrow_range, job.head);
     if (status != FQ_OK) return status;
+    s.table.grad_skips_quiet_vectors =
+        job.place == FQ_GRAD_IN_L2 && fq_grad_skips_quiet_vectors_for(fq_get_isa());
     job.table = &s.table;
     float *saved = NULL;
     if (s.any_zero_channel) {

@@ -56,6 +56,9 @@ typedef struct {
     fq_row_walk row_walk;
     /* Whether the SIMD per-channel gradient walks short periods in L2 in strips (kernel_choices.h). */
     int grad_strips;
+    /* Whether the SIMD per-channel gradient adds the loud vectors of a group alone, not all of
+       them (fq_simd.h, grad_group): set per call, from kernel_choices.h and where the data is. */
+    int grad_skips_quiet_vectors;
 } fq_grid_table;
 
 /* Where parameter `param` of position p is stored; the following positions of its chunk follow. */

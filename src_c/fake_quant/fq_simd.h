@@ -471,11 +471,24 @@ FQ_INLINE void add_to_positions(fqv products, double *acc) {
    few are: AMD Zen 5 (EPYC, family 26), AVX-512, per-channel / per-tensor gradient with 4.6%
    clipped, [1024, 1024] 2.77 -> 1.32 and [8192, 128] 2.59 -> 1.28, at 0.27% 1.04-1.07 -> 1.05-1.22;
    Intel Xeon, AVX2, [8192, 128] with 4.6% clipped: 1034 -> 703 us. With `every` (a constant of each
-   walk: adds_every_group) the products of quiet groups are added too, with no branch. */
+   walk: adds_every_group) the products of quiet groups are added too, with no branch.
+   With `skip_vectors` (fq_grid_table.grad_skips_quiet_vectors, the same for a whole call) a group
+   that is not quiet adds its loud vectors alone, a branch a vector: where the data is in L2 the
+   adds of the others cost more than the branches' mispredictions, with few or many clipped. Intel
+   Xeon (Sapphire Rapids class), one thread, alternating with the walks before, per-channel
+   gradient, us: AVX-512 [512, 128] with 0.27% clipped 8.1-8.9 -> 7.7-7.8 (compare.py, against
+   np.add: 1.30-1.32x -> 1.21-1.23x), [3, 3, 64, 128] with 4.6% clipped 17.9 -> 12.8, [2000, 48]
+   23.1 -> 16.3, [600, 256] 42.1 -> 30.8; AVX2 [3, 3, 64, 128] 18.9 -> 17.0, [2000, 48] 24.1 ->
+   19.7. Past L2 the AVX2 path lost ([2048, 128] with 4.5% clipped 124 -> 172 us, [4096, 128] 280
+   -> 403), so those calls keep skipping whole groups only. */
 FQ_INLINE void grad_group(const fq_group *v, int count, double *const acc_min[4], double *const acc_max[4],
-                          const int every) {
-    if (group_dx_quiet(v, count) && !every) return;
+                          const int every, int skip_vectors) {
+    fqv_mask quiet[4];
+    fqv_mask all = quiet[0] = vector_dx_quiet(v, 0);
+    for (int k = 1; k < count; ++k) all = fqv_and(all, quiet[k] = vector_dx_quiet(v, k));
+    if (fqv_all(all) && !every) return;
     for (int k = 0; k < count; ++k) {
+        if (skip_vectors && !every && fqv_all(quiet[k])) continue;
         add_to_positions(below_product(v, k), acc_min[k]);
         add_to_positions(above_product(v, k), acc_max[k]);
     }
@@ -508,7 +521,7 @@ FQ_INLINE void grad_in_registers(const float *g, const float *x, float *dx, size
                 am[k] = acc_min + p;
                 ax[k] = acc_max + p;
             }
-            grad_group(&v, FQ_GRAD_GROUP, am, ax, every);
+            grad_group(&v, FQ_GRAD_GROUP, am, ax, every, t->grad_skips_quiet_vectors);
         }
     /* The last rows, fewer than a unit: one vector at a time (a unit starts at position 0). */
     for (int j = 0; i < n; i += FQ_W, ++j) {
@@ -516,7 +529,7 @@ FQ_INLINE void grad_in_registers(const float *g, const float *x, float *dx, size
         fq_group v;
         group_load(&v, 0, g + i, x + i, dx + i, nmin[j % vectors], nmax[j % vectors]);
         double *am[4] = {acc_min + p}, *ax[4] = {acc_max + p};
-        grad_group(&v, 1, am, ax, every);
+        grad_group(&v, 1, am, ax, every, t->grad_skips_quiet_vectors);
     }
 }
 
@@ -560,13 +573,13 @@ FQ_INLINE void grad_row(const float *g, const float *x, float *dx, const fq_grid
             am[k] = acc_min + at;
             ax[k] = acc_max + at;
         }
-        grad_group(&v, FQ_GRAD_GROUP, am, ax, every);
+        grad_group(&v, FQ_GRAD_GROUP, am, ax, every, t->grad_skips_quiet_vectors);
     }
     for (; p + FQ_W <= p1; p += FQ_W) {
         fq_group v;
         group_load_grid(&v, 0, g + p, x + p, dx + p, fq_grid_param(t, p, FQ_GRID_NUDGED_MIN));
         double *am[4] = {acc_min + p}, *ax[4] = {acc_max + p};
-        grad_group(&v, 1, am, ax, every);
+        grad_group(&v, 1, am, ax, every, t->grad_skips_quiet_vectors);
     }
     fq_channel_row(g, x, dx, t, p, p1, acc_min, acc_max);
 }
@@ -637,7 +650,7 @@ FQ_INLINE void strip_rows(const float *g, const float *x, float *dx, size_t peri
                           const fqv nmin[FQ_GRID_REG_VECTORS], const fqv nmax[FQ_GRID_REG_VECTORS],
                           double *const acc_min[FQ_GRID_REG_VECTORS],
                           double *const acc_max[FQ_GRID_REG_VECTORS], const int vectors,
-                          const int rows) {
+                          const int rows, int skip_vectors) {
     for (int r = 0; r < rows; ++r)
         for (int j = 0; j < vectors; j += FQ_GRAD_GROUP) {
             const int count = vectors - j < FQ_GRAD_GROUP ? vectors - j : FQ_GRAD_GROUP;
@@ -646,7 +659,7 @@ FQ_INLINE void strip_rows(const float *g, const float *x, float *dx, size_t peri
                 const size_t at = (size_t)r * period + p + FQ_W * (size_t)(j + k);
                 group_load(&v, k, g + at, x + at, dx + at, nmin[j + k], nmax[j + k]);
             }
-            grad_group(&v, count, acc_min + j, acc_max + j, 0);
+            grad_group(&v, count, acc_min + j, acc_max + j, 0, skip_vectors);
         }
 }
 
@@ -667,11 +680,13 @@ FQ_INLINE void grad_strip(const float *g, const float *x, float *dx, size_t rows
     size_t r = 0;
     for (; r + FQ_STRIP_ROWS <= rows; r += FQ_STRIP_ROWS) {
         const size_t at = r * period;
-        strip_rows(g + at, x + at, dx + at, period, p, nmin, nmax, am, ax, vectors, FQ_STRIP_ROWS);
+        strip_rows(g + at, x + at, dx + at, period, p, nmin, nmax, am, ax, vectors, FQ_STRIP_ROWS,
+                   t->grad_skips_quiet_vectors);
     }
     for (; r < rows; ++r) {
         const size_t at = r * period;
-        strip_rows(g + at, x + at, dx + at, period, p, nmin, nmax, am, ax, vectors, 1);
+        strip_rows(g + at, x + at, dx + at, period, p, nmin, nmax, am, ax, vectors, 1,
+                   t->grad_skips_quiet_vectors);
     }
 }
 
@@ -940,7 +955,7 @@ FQ_INLINE void grad_flat(const float *g, const float *x, float *dx, size_t n, co
             ax[k] = acc_max + position;
             if (k % FQ_CHUNK_VECTORS == FQ_CHUNK_VECTORS - 1) next_chunk(t, end, &chunk, &p);
         }
-        grad_group(&v, FQ_GRAD_GROUP, am, ax, every);
+        grad_group(&v, FQ_GRAD_GROUP, am, ax, every, t->grad_skips_quiet_vectors);
     }
     for (; i < n; i += FQ_GRID_CHUNK) {
         fq_group v;
@@ -952,7 +967,7 @@ FQ_INLINE void grad_flat(const float *g, const float *x, float *dx, size_t n, co
             am[k] = acc_min + p + FQ_W * (size_t)k;
             ax[k] = acc_max + p + FQ_W * (size_t)k;
         }
-        grad_group(&v, FQ_CHUNK_VECTORS, am, ax, every);
+        grad_group(&v, FQ_CHUNK_VECTORS, am, ax, every, t->grad_skips_quiet_vectors);
         next_chunk(t, end, &chunk, &p);
     }
 }

@@ -52,8 +52,9 @@ int fq_isa_available(fq_isa isa);
 fq_isa fq_get_isa(void);
 fq_status fq_set_isa(fq_isa isa);
 /* Where the fastest kernel walk depends on the CPU's microarchitecture, what the active ISA's
-   kernels chose on this CPU (from cpuid's vendor; the bits never depend on it), as text in static
-   storage: "scalar kernels: no choices" on the scalar ISA. */
+   kernels chose on this CPU (from cpuid's vendor; the bits never depend on it), as text in the
+   calling thread's storage, valid until its next call: "scalar kernels: no choices" on the scalar
+   ISA. */
 const char *fq_kernel_choices(void);
 /* Status of the environment overrides read at start-up (FQCORE_ISA, FQCORE_NUM_THREADS); FQ_OK when
    they were absent or valid. The bindings turn a bad value into an error at import. */

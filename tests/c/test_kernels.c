@@ -1055,6 +1055,32 @@ static void test_per_channel_gradient_strips(void) {
     fq_force_grad_strips(-1);
 }
 
+/* The per-channel gradient adding a loud group's vectors alone and all of them
+   (common/kernel_choices.h), forced on every ISA whatever this CPU is, with strips and without:
+   calls in L2, where the choice applies, of periods whose grids fit the registers (16, 48, 128
+   positions), longer rows (256, 1024), periods of partial vectors (3, 40, 130, 144); the harness's
+   x and g modes, among them NaN and infinite g (loud where x is inside) and sums of pairs that
+   cancel (G_PAIRS), whose bits show the order of their terms; dx in place of x or g; 1 to 4
+   threads. */
+static void test_per_channel_gradient_skips(void) {
+    const size_t shapes[][2] = {{128, 512}, {48, 2000}, {256, 600}, {16, 300}, {40, 41},
+                                {144, 33}, {1024, 16}, {130, 40}, {64, 4}, {3, 70}};
+    static const alias_kind aliases[] = {ALIAS_NONE, ALIAS_X, ALIAS_G};
+    unsigned counter = 0;
+    for (int strips = 0; strips <= 1; ++strips)
+        for (int skips = 0; skips <= 1; ++skips) {
+            fq_force_grad_strips(strips);
+            fq_force_grad_skips(skips);
+            for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k, ++counter)
+                check_channel(OP_CHAN_GRAD, shapes[k][0], shapes[k][1], 2 + (int)(counter * 5 % 15),
+                              (int)(counter & 1), counter % 2 ? 30 : 3, (x_mode)(counter % 3),
+                              counter % 2 ? G_PAIRS : (g_mode)(counter / 2 % 4), 1,
+                              aliases[counter % 3]);
+        }
+    fq_force_grad_strips(-1);
+    fq_force_grad_skips(-1);
+}
+
 /* The Args forward with its subtractions on the FMAs and as plain ones (common/kernel_choices.h),
    forced on every ISA whatever this CPU is: sizes around the four-vector step and the aligning
    head, misaligned starts, every special range, 2 to 16 bits, both narrow_range values, 1 to 4
@@ -1157,6 +1183,7 @@ int main(void) {
         {"per-channel flat walk, threads 1..4", test_per_channel_flat_walk},
         {"per-channel row walks, threads 1..4", test_per_channel_row_walks},
         {"per-channel strips, threads 1..4", test_per_channel_gradient_strips},
+        {"per-channel loud vectors alone", test_per_channel_gradient_skips},
     };
     return harness_main("C kernel harness (fake quantization)", sections,
                         sizeof sections / sizeof sections[0]);
