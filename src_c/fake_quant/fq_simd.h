@@ -477,7 +477,7 @@ FQ_INLINE void add_to_positions(fqv products, double *acc) {
    adds of the others cost more than the branches' mispredictions, with few or many clipped. Intel
    Xeon (Sapphire Rapids class), one thread, alternating with the walks before, per-channel
    gradient, us: AVX-512 [512, 128] with 0.27% clipped 8.1-8.9 -> 7.7-7.8 (compare.py, against
-   np.add: 1.30-1.32x -> 1.21-1.23x), [3, 3, 64, 128] with 4.6% clipped 17.9 -> 12.8, [2000, 48]
+   np.add: 1.30-1.32x -> 1.19-1.24x), [3, 3, 64, 128] with 4.6% clipped 17.9 -> 12.8, [2000, 48]
    23.1 -> 16.3, [600, 256] 42.1 -> 30.8; AVX2 [3, 3, 64, 128] 18.9 -> 17.0, [2000, 48] 24.1 ->
    19.7. Past L2 the AVX2 path lost ([2048, 128] with 4.5% clipped 124 -> 172 us, [4096, 128] 280
    -> 403), so those calls keep skipping whole groups only. */
