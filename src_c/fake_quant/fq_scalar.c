@@ -51,7 +51,8 @@ static void nudge_channels__scalar(const float *min, const float *max, size_t ch
 }
 
 const fq_fake_quant_kernels fq_fake_quant__scalar = {
-    forward_mul__scalar,     forward_mul__scalar,       forward_div__scalar,
-    mask__scalar,            mask_sums__scalar,       channel_forward__scalar,   channel_mask_sums__scalar,
-    nudge_channels__scalar,   NULL, NULL,
+    forward_mul__scalar,       forward_mul__scalar,    forward_div__scalar,
+    mask__scalar,              mask_sums__scalar,      channel_forward__scalar,
+    channel_mask_sums__scalar, nudge_channels__scalar, NULL,
+    NULL,
 };
