@@ -252,13 +252,13 @@ FQ_INLINE fqv_mask vector_dx_quiet(const fq_group *v, int k) {
     return fqv_andnot(fqv_not_finite(v->g[k]), inside);
 }
 
-/* Stores dx of the group's `count` vectors; returns whether all of them are quiet, when every
-   product of both sums is +-0 and may be skipped (the sums start at +0, so adding +-0 never changes
-   them). One branch a group, with no other compare on the way. */
-FQ_INLINE int group_dx_quiet(const fq_group *v, int count) {
-    fqv_mask quiet = vector_dx_quiet(v, 0);
-    for (int k = 1; k < count; ++k) quiet = fqv_and(quiet, vector_dx_quiet(v, k));
-    return fqv_all(quiet);
+/* Stores dx of the group's `count` vectors and each one's quiet lanes in quiet[k]; returns whether
+   all of them are quiet, when every product of both sums is +-0 and may be skipped (the sums start
+   at +0, so adding +-0 never changes them). One branch a group, with no other compare on the way. */
+FQ_INLINE int group_dx_quiet(const fq_group *v, int count, fqv_mask quiet[4]) {
+    fqv_mask all = quiet[0] = vector_dx_quiet(v, 0);
+    for (int k = 1; k < count; ++k) all = fqv_and(all, quiet[k] = vector_dx_quiet(v, k));
+    return fqv_all(all);
 }
 
 /* The exact products of vector k with each side: g * (x < nmin) and g * (x > nmax) (a NaN or
@@ -304,7 +304,8 @@ static void FQ_NAME(mask_sums)(const float *g, const float *x, float *dx, size_t
                 const size_t at = i + FQ_W * (size_t)(j + k);
                 group_load(&v, k, g + at, x + at, dx + at, nmin, nmax);
             }
-            if (group_dx_quiet(&v, FQ_GRAD_GROUP)) continue;
+            fqv_mask quiet[4];
+            if (group_dx_quiet(&v, FQ_GRAD_GROUP, quiet)) continue;
             if (!touched) zero_runs(run_min, run_max);
             touched = 1;
             for (int k = 0; k < FQ_GRAD_GROUP; ++k) {
@@ -484,9 +485,7 @@ FQ_INLINE void add_to_positions(fqv products, double *acc) {
 FQ_INLINE void grad_group(const fq_group *v, int count, double *const acc_min[4], double *const acc_max[4],
                           const int every, int skip_vectors) {
     fqv_mask quiet[4];
-    fqv_mask all = quiet[0] = vector_dx_quiet(v, 0);
-    for (int k = 1; k < count; ++k) all = fqv_and(all, quiet[k] = vector_dx_quiet(v, k));
-    if (fqv_all(all) && !every) return;
+    if (group_dx_quiet(v, count, quiet) && !every) return;
     for (int k = 0; k < count; ++k) {
         if (skip_vectors && !every && fqv_all(quiet[k])) continue;
         add_to_positions(below_product(v, k), acc_min[k]);
@@ -608,7 +607,8 @@ FQ_INLINE void grad_pair_step(const float *g, const float *x, float *dx, size_t 
             group_load(&v, r * vectors + j, g + at, x + at, dx + at, nmin, nmax);
         }
     }
-    if (group_dx_quiet(&v, 2 * vectors)) return;
+    fqv_mask quiet[4];
+    if (group_dx_quiet(&v, 2 * vectors, quiet)) return;
     for (int j = 0; j < vectors; ++j) {
         const size_t at = p + FQ_W * (size_t)j;
         add_rows_to_positions(below_product(&v, j), below_product(&v, vectors + j), acc_min + at);
@@ -1086,6 +1086,7 @@ static float FQ_NAME(scaled_clamp_max)(const float *grid, const float *position_
 
 const fq_fake_quant_kernels FQ_NAME(fq_fake_quant) = {
     FQ_NAME(forward_mul),       FQ_NAME(forward_mul_on_adds), FQ_NAME(forward_div),
-    FQ_NAME(mask),              FQ_NAME(mask_sums),         FQ_NAME(channel_forward),  FQ_NAME(channel_mask_sums),
-    FQ_NAME(nudge_channels),    FQ_NAME(scaled_clamp_max), FQ_NAME(channel_mask_sums_aligned),
+    FQ_NAME(mask),              FQ_NAME(mask_sums),           FQ_NAME(channel_forward),
+    FQ_NAME(channel_mask_sums), FQ_NAME(nudge_channels),      FQ_NAME(scaled_clamp_max),
+    FQ_NAME(channel_mask_sums_aligned),
 };

@@ -1033,38 +1033,21 @@ static void test_per_channel_row_walks(void) {
     fq_force_row_walk(-1);
 }
 
-/* The per-channel gradient in strips and without them (common/kernel_choices.h), forced on every
-   ISA whatever this CPU is: short periods in L2 whose grids do not all fit the registers, with whole
-   strips, a last strip of fewer vectors and positions past the last whole vector; row counts
-   around a strip's step of four rows; sums of pairs that cancel (G_PAIRS), whose bits show the
-   order of their terms; dx in place of x or g; few rows on 2 to 4 threads, which then split each
-   row's positions. */
-static void test_per_channel_gradient_strips(void) {
-    const size_t shapes[][2] = {{40, 9}, {48, 300}, {100, 7}, {128, 512}, {144, 33}, {200, 13},
-                                {256, 3}, {33, 130}, {250, 2}, {96, 1}, {64, 4}, {136, 6},
-                                {40, 41}, {100, 22}, {256, 17}, {72, 64}};
-    static const alias_kind aliases[] = {ALIAS_NONE, ALIAS_X, ALIAS_G};
-    unsigned counter = 0;
-    for (int strips = 0; strips <= 1; ++strips) {
-        fq_force_grad_strips(strips);
-        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k, ++counter)
-            check_channel(OP_CHAN_GRAD, shapes[k][0], shapes[k][1], 2 + (int)(counter * 5 % 15),
-                          (int)(counter & 1), counter % 2 ? 30 : 5, (x_mode)(counter % 3),
-                          counter % 2 ? G_PAIRS : (g_mode)(counter / 2 % 4), 1, aliases[counter % 3]);
-    }
-    fq_force_grad_strips(-1);
-}
-
-/* The per-channel gradient adding a loud group's vectors alone and all of them
-   (common/kernel_choices.h), forced on every ISA whatever this CPU is, with strips and without:
-   calls in L2, where the choice applies, of periods whose grids fit the registers (16, 48, 128
-   positions), longer rows (256, 1024), periods of partial vectors (3, 40, 130, 144); the harness's
-   x and g modes, among them NaN and infinite g (loud where x is inside) and sums of pairs that
-   cancel (G_PAIRS), whose bits show the order of their terms; dx in place of x or g; 1 to 4
-   threads. */
-static void test_per_channel_gradient_skips(void) {
-    const size_t shapes[][2] = {{128, 512}, {48, 2000}, {256, 600}, {16, 300}, {40, 41},
-                                {144, 33}, {1024, 16}, {130, 40}, {64, 4}, {3, 70}};
+/* The per-channel gradient's two walk choices (common/kernel_choices.h), in strips and without
+   them, adding a loud group's vectors alone and all of them, each forced on every ISA whatever this
+   CPU is. Short periods in L2 whose grids do not all fit the registers, with whole strips, a last
+   strip of fewer vectors and positions past the last whole vector; row counts around a strip's
+   step of four rows; periods whose grids fit the registers (16, 48, 128 positions) and longer rows
+   (256, 1024), in L2 where the loud vectors may go alone; the harness's x and g modes, among them
+   NaN and infinite g (loud where x is inside) and sums of pairs that cancel (G_PAIRS), whose bits
+   show the order of their terms; dx in place of x or g; few rows on 2 to 4 threads, which then
+   split each row's positions. */
+static void test_per_channel_gradient_choices(void) {
+    const size_t shapes[][2] = {{40, 9},    {48, 300},  {100, 7},   {128, 512}, {144, 33},
+                                {200, 13},  {256, 3},   {33, 130},  {250, 2},   {96, 1},
+                                {64, 4},    {136, 6},   {40, 41},   {100, 22},  {256, 17},
+                                {72, 64},   {48, 2000}, {256, 600}, {16, 300},  {1024, 16},
+                                {130, 40},  {3, 70}};
     static const alias_kind aliases[] = {ALIAS_NONE, ALIAS_X, ALIAS_G};
     unsigned counter = 0;
     for (int strips = 0; strips <= 1; ++strips)
@@ -1073,7 +1056,7 @@ static void test_per_channel_gradient_skips(void) {
             fq_force_grad_skips(skips);
             for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k, ++counter)
                 check_channel(OP_CHAN_GRAD, shapes[k][0], shapes[k][1], 2 + (int)(counter * 5 % 15),
-                              (int)(counter & 1), counter % 2 ? 30 : 3, (x_mode)(counter % 3),
+                              (int)(counter & 1), counter % 2 ? 30 : 5, (x_mode)(counter % 3),
                               counter % 2 ? G_PAIRS : (g_mode)(counter / 2 % 4), 1,
                               aliases[counter % 3]);
         }
@@ -1182,8 +1165,7 @@ int main(void) {
         {"per-channel large, threads 1..4", test_per_channel_large},
         {"per-channel flat walk, threads 1..4", test_per_channel_flat_walk},
         {"per-channel row walks, threads 1..4", test_per_channel_row_walks},
-        {"per-channel strips, threads 1..4", test_per_channel_gradient_strips},
-        {"per-channel loud vectors alone", test_per_channel_gradient_skips},
+        {"per-channel choices, threads 1..4", test_per_channel_gradient_choices},
     };
     return harness_main("C kernel harness (fake quantization)", sections,
                         sizeof sections / sizeof sections[0]);
