@@ -11,8 +11,8 @@ hoisted and no vector waits on another), as many vectors as the call has. Where 
 is out of reach on this CPU whatever the walk: the note of issue 18 quotes this table.
 
 - args forward: clamp (min, max), subtract, multiply, subtract, add, floor, multiply: 8 operations.
-- vars gradient: the mask (two compares) as 1.0 / 0.0, times g; and whether the vector is quiet
-  (x inside, g finite) so the sums may skip it: 6 operations and a test.
+- vars gradient: the mask (two compares) as 1.0 / 0.0, times g; and dx - g, ORed over a group and
+  compared with 0, which tells whether the sums may skip it: 7 operations a vector and a test.
 
 The per-channel gradient's floor is a walk, not arithmetic alone: each vector needs its
 positions' grids, which fit in registers only a strip of positions at a time. Its loop walks strips
@@ -61,28 +61,36 @@ SOURCE = r"""
 #define CHAINS 8
 
 /* The Vars gradient's operations on one vector, as the kernels do them: dx = g times the mask
-   (x inside [lo, hi]) as 1.0 / 0.0; and `quiet` keeps the lanes where x is inside and g finite
-   (the sums may skip a group whose lanes all are). The compute-only loops and the per-channel
-   streams share them. */
+   (x inside [lo, hi]) as 1.0 / 0.0; and `changes` ORs in the bits of dx - g (the sums may skip a
+   group where that is +-0 in every lane: fq_simd.h, vector_dx_change). The compute-only loops and
+   the per-channel streams share them. */
 static inline __attribute__((always_inline, target("avx512f,avx512dq"))) __m512
-vars_grad_vector_avx512(__m512 x, __m512 g, __m512 lo, __m512 hi, __mmask16 *quiet) {
+vars_grad_vector_avx512(__m512 x, __m512 g, __m512 lo, __m512 hi, __m512 *changes) {
     const __mmask16 inside =
         _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x, hi, _CMP_LE_OQ);
     const __m512 dx = _mm512_mul_ps(g, _mm512_maskz_mov_ps(inside, _mm512_set1_ps(1.0f)));
-    *quiet &= _kandn_mask16(_mm512_fpclass_ps_mask(g, 0x99), inside);
+    *changes = _mm512_or_ps(*changes, _mm512_sub_ps(dx, g));
     return dx;
 }
 
 static inline __attribute__((always_inline, target("avx2,fma"))) __m256
-vars_grad_vector_avx2(__m256 x, __m256 g, __m256 lo, __m256 hi, __m256 *quiet) {
+vars_grad_vector_avx2(__m256 x, __m256 g, __m256 lo, __m256 hi, __m256 *changes) {
     const __m256 inside =
         _mm256_and_ps(_mm256_cmp_ps(x, lo, _CMP_GE_OQ), _mm256_cmp_ps(x, hi, _CMP_LE_OQ));
     const __m256 dx = _mm256_mul_ps(g, _mm256_and_ps(inside, _mm256_set1_ps(1.0f)));
-    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 finite =
-        _mm256_cmp_ps(_mm256_and_ps(g, magnitude), _mm256_set1_ps(__builtin_inff()), _CMP_LT_OQ);
-    *quiet = _mm256_and_ps(*quiet, _mm256_and_ps(finite, inside));
+    *changes = _mm256_or_ps(*changes, _mm256_sub_ps(dx, g));
     return dx;
+}
+
+/* Whether a group's ORed changes are +-0 in every lane. */
+static inline __attribute__((always_inline, target("avx512f,avx512dq"))) unsigned
+quiet_avx512(__m512 changes) {
+    return _mm512_cmp_ps_mask(changes, _mm512_setzero_ps(), _CMP_EQ_OQ) == 0xffff;
+}
+
+static inline __attribute__((always_inline, target("avx2,fma"))) unsigned
+quiet_avx2(__m256 changes) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(changes, _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0xff;
 }
 
 __attribute__((target("avx512f,avx512dq"))) void args_forward_compute_avx512(size_t vectors) {
@@ -110,13 +118,13 @@ __attribute__((target("avx512f,avx512dq"))) void vars_grad_compute_avx512(size_t
         x[k] = _mm512_set1_ps(0.5f * (float)k);
     }
     for (size_t i = 0; i < vectors; i += CHAINS) {
-        __mmask16 quiet = 0xffff;
+        __m512 changes = _mm512_setzero_ps();
         for (int k = 0; k < CHAINS; ++k) {
             FRESH(g[k]);
             FRESH(x[k]);
-            USE(vars_grad_vector_avx512(x[k], g[k], nmin, nmax, &quiet));
+            USE(vars_grad_vector_avx512(x[k], g[k], nmin, nmax, &changes));
         }
-        __asm__ volatile("" ::"r"(quiet));
+        __asm__ volatile("" ::"r"(quiet_avx512(changes)));
     }
 }
 
@@ -145,13 +153,13 @@ __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) 
         x[k] = _mm256_set1_ps(0.5f * (float)k);
     }
     for (size_t i = 0; i < vectors; i += 4) {
-        __m256 quiet = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+        __m256 changes = _mm256_setzero_ps();
         for (int k = 0; k < 4; ++k) {
             FRESH(g[k]);
             FRESH(x[k]);
-            USE(vars_grad_vector_avx2(x[k], g[k], nmin, nmax, &quiet));
+            USE(vars_grad_vector_avx2(x[k], g[k], nmin, nmax, &changes));
         }
-        __asm__ volatile("" ::"r"(_mm256_movemask_ps(quiet)));
+        __asm__ volatile("" ::"r"(quiet_avx2(changes)));
     }
 }
 
@@ -169,7 +177,7 @@ __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) 
 __attribute__((target("avx512f,avx512dq"))) void channel_grad_streams_avx512(
         const float *x, const float *g, float *dx, size_t n, const float *lo, const float *hi,
         size_t period) {
-    __mmask16 quiet = 0xffff;
+    __m512 changes = _mm512_setzero_ps();
     for (size_t p0 = 0; p0 < period; p0 += 16 * STRIP_AVX512) {
         __m512 low[STRIP_AVX512], high[STRIP_AVX512];
         for (int k = 0; k < STRIP_AVX512; ++k) {
@@ -182,16 +190,16 @@ __attribute__((target("avx512f,avx512dq"))) void channel_grad_streams_avx512(
                 __m512 v = _mm512_loadu_ps(x + at), d = _mm512_loadu_ps(g + at);
                 FRESH(v); /* one load of each in a register, not one for each of its uses */
                 FRESH(d);
-                _mm512_storeu_ps(dx + at, vars_grad_vector_avx512(v, d, low[k], high[k], &quiet));
+                _mm512_storeu_ps(dx + at, vars_grad_vector_avx512(v, d, low[k], high[k], &changes));
             }
     }
-    __asm__ volatile("" ::"r"(quiet));
+    __asm__ volatile("" ::"r"(quiet_avx512(changes)));
 }
 
 __attribute__((target("avx2,fma"))) void channel_grad_streams_avx2(
         const float *x, const float *g, float *dx, size_t n, const float *lo, const float *hi,
         size_t period) {
-    __m256 quiet = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    __m256 changes = _mm256_setzero_ps();
     for (size_t p0 = 0; p0 < period; p0 += 8 * STRIP_AVX2) {
         __m256 low[STRIP_AVX2], high[STRIP_AVX2];
         for (int k = 0; k < STRIP_AVX2; ++k) {
@@ -204,10 +212,10 @@ __attribute__((target("avx2,fma"))) void channel_grad_streams_avx2(
                 __m256 v = _mm256_loadu_ps(x + at), d = _mm256_loadu_ps(g + at);
                 FRESH(v); /* one load of each in a register, not one for each of its uses */
                 FRESH(d);
-                _mm256_storeu_ps(dx + at, vars_grad_vector_avx2(v, d, low[k], high[k], &quiet));
+                _mm256_storeu_ps(dx + at, vars_grad_vector_avx2(v, d, low[k], high[k], &changes));
             }
     }
-    __asm__ volatile("" ::"r"(_mm256_movemask_ps(quiet)));
+    __asm__ volatile("" ::"r"(quiet_avx2(changes)));
 }
 
 /* The batch-norm gradient's two passes and nothing else, channels last: rows of `channels` values

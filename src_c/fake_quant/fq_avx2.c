@@ -60,6 +60,7 @@ static inline fqv_mask fqv_eq(fqv a, fqv b) { return _mm256_cmp_ps(a, b, _CMP_EQ
 static inline fqv_mask fqv_is_nan(fqv v) { return _mm256_cmp_ps(v, v, _CMP_UNORD_Q); }
 static inline fqv_mask fqv_and(fqv_mask a, fqv_mask b) { return _mm256_and_ps(a, b); }
 static inline fqv_mask fqv_or(fqv_mask a, fqv_mask b) { return _mm256_or_ps(a, b); }
+static inline fqv fqv_or_bits(fqv a, fqv b) { return _mm256_or_ps(a, b); }
 static inline fqv_mask fqv_andnot(fqv_mask a, fqv_mask b) { return _mm256_andnot_ps(a, b); }
 static inline int fqv_all(fqv_mask m) { return _mm256_movemask_ps(m) == 0xff; }
 static inline int fqv_any(fqv_mask m) { return _mm256_movemask_ps(m) != 0; }

@@ -56,6 +56,7 @@ static inline fqv_mask fqv_eq(fqv a, fqv b) { return _mm512_cmp_ps_mask(a, b, _C
 static inline fqv_mask fqv_is_nan(fqv v) { return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); }
 static inline fqv_mask fqv_and(fqv_mask a, fqv_mask b) { return a & b; }
 static inline fqv_mask fqv_or(fqv_mask a, fqv_mask b) { return a | b; }
+static inline fqv fqv_or_bits(fqv a, fqv b) { return _mm512_or_ps(a, b); }
 static inline fqv_mask fqv_andnot(fqv_mask a, fqv_mask b) { return _kandn_mask16(a, b); }
 static inline int fqv_all(fqv_mask m) { return m == 0xffff; }
 static inline int fqv_any(fqv_mask m) { return m != 0; }

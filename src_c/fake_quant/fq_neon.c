@@ -61,6 +61,7 @@ static inline fqv_mask fqv_eq(fqv a, fqv b) { return vceqq_f32(a, b); }
 static inline fqv_mask fqv_is_nan(fqv v) { return vmvnq_u32(vceqq_f32(v, v)); }
 static inline fqv_mask fqv_and(fqv_mask a, fqv_mask b) { return vandq_u32(a, b); }
 static inline fqv_mask fqv_or(fqv_mask a, fqv_mask b) { return vorrq_u32(a, b); }
+static inline fqv fqv_or_bits(fqv a, fqv b) { return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(a), vreinterpretq_u32_f32(b))); }
 static inline fqv_mask fqv_andnot(fqv_mask a, fqv_mask b) { return vbicq_u32(b, a); }
 static inline int fqv_all(fqv_mask m) { return vminvq_u32(m) == 0xffffffffu; }
 static inline int fqv_any(fqv_mask m) { return vmaxvq_u32(m) != 0; }
