@@ -18,8 +18,12 @@ The per-channel gradient's floor is a walk, not arithmetic alone: each vector ne
 positions' grids, which fit in registers only a strip of positions at a time. Its loop walks strips
 of four vectors of positions down all the rows (x as compare.py's [n / 128, 128]), reads x and g,
 writes dx and does the per-tensor gradient's operations with the strip's grids; no sums (they are
-skipped where nothing is clipped). Beside it, the kernel on compare.py's inputs and on the same
-inputs with nothing clipped: the difference is what the clipped elements' per-channel sums cost.
+skipped where nothing is clipped). "Tested", the same walk also ends each group of vectors (the
+kernel's FQ_GRAD_GROUP) in the test that lets a kernel skip the group's sums, and the branch on
+it, whose loud side does nothing: a walk that skips the sums of quiet groups cannot do less
+(adding every group's products instead costs more: the README's per-channel notes). Beside them,
+the kernel on compare.py's inputs and on the same inputs with nothing clipped: the difference is
+what the clipped elements' per-channel sums cost.
 
 The batch-norm gradient cannot start its output before it has summed dy and dy * x over the whole
 batch, so it reads x and dy twice and writes dx once: five streams where np.add has three. Its loop
@@ -174,49 +178,65 @@ __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) 
 #define STRIP_AVX512 4
 #define STRIP_AVX2 4
 
-__attribute__((target("avx512f,avx512dq"))) void channel_grad_streams_avx512(
-        const float *x, const float *g, float *dx, size_t n, const float *lo, const float *hi,
-        size_t period) {
-    __m512 changes = _mm512_setzero_ps();
-    for (size_t p0 = 0; p0 < period; p0 += 16 * STRIP_AVX512) {
-        __m512 low[STRIP_AVX512], high[STRIP_AVX512];
-        for (int k = 0; k < STRIP_AVX512; ++k) {
-            low[k] = _mm512_loadu_ps(lo + p0 + 16 * k);
-            high[k] = _mm512_loadu_ps(hi + p0 + 16 * k);
-        }
-        for (size_t row = p0; row < n; row += period)
-            for (int k = 0; k < STRIP_AVX512; ++k) {
-                const size_t at = row + 16 * k;
-                __m512 v = _mm512_loadu_ps(x + at), d = _mm512_loadu_ps(g + at);
-                FRESH(v); /* one load of each in a register, not one for each of its uses */
-                FRESH(d);
-                _mm512_storeu_ps(dx + at, vars_grad_vector_avx512(v, d, low[k], high[k], &changes));
-            }
+/* The streams of one ISA: `group` 0 tests nothing; otherwise every `group` vectors of a row end
+   in the test the kernels make before they may skip a group's sums (fq_simd.h, group_dx_quiet:
+   its ORed changes compared with 0, and a branch), whose loud side here does nothing. */
+#define CHANNEL_STREAMS(isa, vec, W, STRIP, load, store, zero, quiet)                              \
+    static inline __attribute__((always_inline)) void channel_streams_##isa(                        \
+            const float *x, const float *g, float *dx, size_t n, const float *lo, const float *hi, \
+            size_t period, const int group) {                                                      \
+        vec changes = zero();                                                                      \
+        for (size_t p0 = 0; p0 < period; p0 += W * STRIP) {                                        \
+            vec low[STRIP], high[STRIP];                                                           \
+            for (int k = 0; k < STRIP; ++k) {                                                      \
+                low[k] = load(lo + p0 + W * k);                                                    \
+                high[k] = load(hi + p0 + W * k);                                                   \
+            }                                                                                      \
+            for (size_t row = p0; row < n; row += period)                                          \
+                for (int k = 0; k < STRIP; ++k) {                                                  \
+                    const size_t at = row + W * k;                                                 \
+                    vec v = load(x + at), d = load(g + at);                                        \
+                    FRESH(v); /* one load of each in a register, not one for each of its uses */   \
+                    FRESH(d);                                                                      \
+                    store(dx + at, vars_grad_vector_##isa(v, d, low[k], high[k], &changes));       \
+                    if (group > 0 && (k + 1) % group == 0) {                                       \
+                        if (!quiet(changes)) __asm__ volatile("" ::: "memory");                    \
+                        changes = zero();                                                          \
+                    }                                                                              \
+                }                                                                                  \
+        }                                                                                          \
+        __asm__ volatile("" ::"r"(quiet(changes)));                                                \
     }
-    __asm__ volatile("" ::"r"(quiet_avx512(changes)));
-}
 
-__attribute__((target("avx2,fma"))) void channel_grad_streams_avx2(
-        const float *x, const float *g, float *dx, size_t n, const float *lo, const float *hi,
-        size_t period) {
-    __m256 changes = _mm256_setzero_ps();
-    for (size_t p0 = 0; p0 < period; p0 += 8 * STRIP_AVX2) {
-        __m256 low[STRIP_AVX2], high[STRIP_AVX2];
-        for (int k = 0; k < STRIP_AVX2; ++k) {
-            low[k] = _mm256_loadu_ps(lo + p0 + 8 * k);
-            high[k] = _mm256_loadu_ps(hi + p0 + 8 * k);
-        }
-        for (size_t row = p0; row < n; row += period)
-            for (int k = 0; k < STRIP_AVX2; ++k) {
-                const size_t at = row + 8 * k;
-                __m256 v = _mm256_loadu_ps(x + at), d = _mm256_loadu_ps(g + at);
-                FRESH(v); /* one load of each in a register, not one for each of its uses */
-                FRESH(d);
-                _mm256_storeu_ps(dx + at, vars_grad_vector_avx2(v, d, low[k], high[k], &changes));
-            }
-    }
-    __asm__ volatile("" ::"r"(quiet_avx2(changes)));
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq")
+CHANNEL_STREAMS(avx512, __m512, 16, STRIP_AVX512, _mm512_loadu_ps, _mm512_storeu_ps,
+                _mm512_setzero_ps, quiet_avx512)
+void channel_grad_streams_avx512(const float *x, const float *g, float *dx, size_t n,
+                                 const float *lo, const float *hi, size_t period) {
+    channel_streams_avx512(x, g, dx, n, lo, hi, period, 0);
 }
+/* AVX-512's gradient groups hold four vectors (fq_avx512.c, FQ_GRAD_GROUP). */
+void channel_grad_streams_tested_avx512(const float *x, const float *g, float *dx, size_t n,
+                                        const float *lo, const float *hi, size_t period) {
+    channel_streams_avx512(x, g, dx, n, lo, hi, period, 4);
+}
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+CHANNEL_STREAMS(avx2, __m256, 8, STRIP_AVX2, _mm256_loadu_ps, _mm256_storeu_ps,
+                _mm256_setzero_ps, quiet_avx2)
+void channel_grad_streams_avx2(const float *x, const float *g, float *dx, size_t n,
+                               const float *lo, const float *hi, size_t period) {
+    channel_streams_avx2(x, g, dx, n, lo, hi, period, 0);
+}
+/* AVX2's hold two (fq_avx2.c). */
+void channel_grad_streams_tested_avx2(const float *x, const float *g, float *dx, size_t n,
+                                      const float *lo, const float *hi, size_t period) {
+    channel_streams_avx2(x, g, dx, n, lo, hi, period, 2);
+}
+#pragma GCC pop_options
 
 /* The batch-norm gradient's two passes and nothing else, channels last: rows of `channels` values
    (a multiple of 8), the per-channel sums (2 x channels floats at `sums`) in L1; even and odd rows
@@ -335,9 +355,10 @@ def main(argv=None):
     fqcore.set_num_threads(1)
     rng = np.random.default_rng(0)
     # Apart in a 4 KiB page, as compare.py places them: the memory floor without 4K aliasing.
-    x, g, out = placed_arrays((args.n,), 3)
+    x, g, out, inside = placed_arrays((args.n,), 4)
     x[:] = rng.standard_normal(args.n) * 2
     g[:] = rng.standard_normal(args.n)
+    np.clip(x, -5.9, 5.9, out=inside)  # x with nothing clipped
     lanes = {"avx512": 16, "avx2": 8}
     print(f"CPU: {cpu_model()}; n = {args.n}, one thread; best of 15 batches (us per call)\n")
     print("| ISA | op | memory floor (numpy) | compute only | compute / memory | fqcore kernel | kernel / memory |")
@@ -363,52 +384,58 @@ def main(argv=None):
                 t_kernel = best_time(kernel)
                 print(f"| {isa} | {name} | {t_memory * 1e6:.2f} | {t_compute * 1e6:.2f} | "
                       f"{t_compute / t_memory:.2f} | {t_kernel * 1e6:.2f} | {t_kernel / t_memory:.2f} |")
-        channel_gradient_floors(lib, isas, x, g, out)
+        channel_gradient_floors(lib, isas, x, g, out, inside)
         if args.batch_norm:
             fqcore.set_isa(isas[-1] if isas else fqcore.get_isa())
             batch_norm_floors(lib, args.bn_batch)
     return 0
 
 
-def channel_streams(lib, isa):
-    """The per-channel streams loop of `isa` from the built library, as a ctypes function of (x, g,
+def channel_streams(lib, name):
+    """The per-channel streams loop `name` from the built library, as a ctypes function of (x, g,
     dx, n, lo, hi, period): pointers and sizes."""
-    streams = getattr(lib, f"channel_grad_streams_{isa}")
+    streams = getattr(lib, name)
     streams.restype = None
     streams.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_size_t] + [ctypes.c_void_p] * 2 + [
         ctypes.c_size_t]
     return streams
 
 
-def channel_gradient_floors(lib, isas, x, g, out, period=CHANNEL_PERIOD):
+def channel_gradient_floors(lib, isas, x, g, out, inside, period=CHANNEL_PERIOD):
     """The per-channel gradient table: np.add, the streams with the grids alone (x as [n / period,
-    period], every channel's range [-6, 6]), fqcore's kernel on x and on x with nothing clipped
-    (us). Raises if the streams loop does not write the gradient it times."""
+    period], every channel's range [-6, 6]) and with each group's test, fqcore's kernel on x and
+    on `inside`, x with nothing clipped (us). Raises if a streams loop does not write the gradient
+    it times."""
     print(f"\nPer-channel (Vars) gradient, one thread, x as [{x.size // period}, {period}], "
           f"{np.mean(np.abs(x) > 6):.2%} of it clipped: us per call. The streams read x, g and "
-          f"each vector's grids and write dx, with no sums; the kernel again on x clipped to "
+          f"each vector's grids and write dx, with no sums; tested, each group of vectors also "
+          f"ends in the test that lets the kernel skip its sums; the kernel again on x clipped to "
           f"[-5.9, 5.9] shows what the clipped elements' sums cost\n")
-    print("| ISA | np.add | streams with grids | streams / np.add | fqcore kernel | "
-          "fqcore / np.add | fqcore, nothing clipped | that / np.add |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| ISA | np.add | streams with grids | streams / np.add | streams, tested | "
+          "tested / np.add | fqcore kernel | fqcore / np.add | fqcore, nothing clipped | "
+          "that / np.add |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     lo, hi = np.full(period, -6.0, np.float32), np.full(period, 6.0, np.float32)
     rows, grads, outs = x.reshape(-1, period), g.reshape(-1, period), out.reshape(-1, period)
-    inside = np.clip(rows, -5.9, 5.9)
+    inside = inside.reshape(-1, period)
     # The pointers made once: each .ctypes.data builds an object (2.2 us for the six here).
     pointers = (x.ctypes.data, g.ctypes.data, out.ctypes.data, x.size, lo.ctypes.data,
                 hi.ctypes.data, period)
     for isa in isas:
         fqcore.set_isa(isa)
-        streams = channel_streams(lib, isa)
         t_add = best_time(lambda: np.add(x, g, out=out))
-        t_streams = best_time(lambda: streams(*pointers))
-        if not np.array_equal(out, g * ((x >= -6.0) & (x <= 6.0))):
-            raise RuntimeError(f"channel_grad_streams_{isa} wrote another gradient than it times")
+        times = []
+        for name in (f"channel_grad_streams_{isa}", f"channel_grad_streams_tested_{isa}"):
+            streams = channel_streams(lib, name)
+            out.fill(np.nan)
+            times.append(best_time(lambda: streams(*pointers)))
+            if not np.array_equal(out, g * ((x >= -6.0) & (x <= 6.0))):
+                raise RuntimeError(f"{name} wrote another gradient than it times")
         t_kernel = best_time(lambda: _kernels.channel_grad(grads, rows, lo, hi, 8, False, outs))
         t_inside = best_time(lambda: _kernels.channel_grad(grads, inside, lo, hi, 8, False, outs))
-        print(f"| {isa} | {t_add * 1e6:.2f} | {t_streams * 1e6:.2f} | {t_streams / t_add:.2f} | "
-              f"{t_kernel * 1e6:.2f} | {t_kernel / t_add:.2f} | {t_inside * 1e6:.2f} | "
-              f"{t_inside / t_add:.2f} |")
+        cells = [f"{t_add * 1e6:.2f}"] + [f"{t * 1e6:.2f} | {t / t_add:.2f}"
+                                          for t in times + [t_kernel, t_inside]]
+        print(f"| {isa} | {' | '.join(cells)} |")
 
 
 def batch_norm_floors(lib, batch):
