@@ -7,8 +7,14 @@ memory floor of the batch-norm gradient at benchmarks/compare.py's shapes.
 
 Each compute-only loop runs the kernel's per-vector operations, in TF's order and with TF's
 roundings, on inputs held in registers (an empty asm makes each vector a fresh input, so nothing is
-hoisted and no vector waits on another), as many vectors as the call has. Where that alone takes longer than 1.25x the ufunc, a 1.25x target
-is out of reach on this CPU whatever the walk: the note of issue 18 quotes this table.
+hoisted and no vector waits on another), as many vectors as the call has. Where that alone takes
+longer than 1.25x the ufunc, a 1.25x target is out of reach on this CPU whatever the walk: the note
+of issue 18 quotes this table. Every loop's time is less its call through ctypes (the same call with
+nothing to do), which costs more than fqcore's bindings.
+
+The Vars gradient's walk: the per-channel streams loop below over rows of one strip, one range for
+all, which reads x and g and writes dx in order with the grid in registers, as the per-tensor kernel
+does; and that walk tested (below).
 
 - args forward: clamp (min, max), subtract, multiply, subtract, add, floor, multiply: 8 operations.
 - vars gradient: the mask (two compares) as 1.0 / 0.0, times g; and dx - g, ORed over a group and
@@ -324,6 +330,14 @@ def build_library(directory):
     return ctypes.CDLL(library)
 
 
+def loop_time(loop, args, size_at):
+    """best_time of the ctypes function `loop` on `args`, less that of the same call with its size
+    (argument `size_at`) 0: the call through ctypes alone takes 0.2-0.6 us, more than fqcore's
+    kernel bindings, and is no part of the work."""
+    empty = tuple(0 if k == size_at else a for k, a in enumerate(args))
+    return best_time(lambda: loop(*args)) - best_time(lambda: loop(*empty))
+
+
 def best_time(fn, repeats=15, batch_s=0.005):
     fn()
     start = time.perf_counter()
@@ -380,10 +394,11 @@ def main(argv=None):
                 compute.restype = None
                 compute.argtypes = [ctypes.c_size_t]
                 t_memory = best_time(memory)
-                t_compute = best_time(lambda: compute(vectors))
+                t_compute = loop_time(compute, (vectors,), 0)
                 t_kernel = best_time(kernel)
                 print(f"| {isa} | {name} | {t_memory * 1e6:.2f} | {t_compute * 1e6:.2f} | "
                       f"{t_compute / t_memory:.2f} | {t_kernel * 1e6:.2f} | {t_kernel / t_memory:.2f} |")
+        vars_gradient_walks(lib, isas, x, g, out, inside)
         channel_gradient_floors(lib, isas, x, g, out, inside)
         if args.batch_norm:
             fqcore.set_isa(isas[-1] if isas else fqcore.get_isa())
@@ -399,6 +414,39 @@ def channel_streams(lib, name):
     streams.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_size_t] + [ctypes.c_void_p] * 2 + [
         ctypes.c_size_t]
     return streams
+
+
+def vars_gradient_walks(lib, isas, x, g, out, inside):
+    """The Vars gradient's walk table: np.add; the per-channel streams loop over rows of one strip
+    with one range for all, which is the per-tensor walk (contiguous, the grid in registers),
+    without and with each group's test; fqcore's kernel on x and on `inside` (us)."""
+    print(f"\nVars gradient, one thread, {np.mean(np.abs(x) > 6):.2%} of x clipped: us per call. "
+          f"The walk reads x and g and writes dx, with no sums; tested, each group of vectors also "
+          f"ends in the test that lets the kernel skip its sums (where a group is loud, as one in "
+          f"{1 / (1 - (1 - np.mean(np.abs(x) > 6)) ** 16):.0f} of AVX2's groups of 16 elements "
+          f"are here, that branch goes the way it rarely goes)\n")
+    print("| ISA | np.add | walk | walk / np.add | walk, tested | tested / np.add | fqcore kernel | "
+          "fqcore / np.add | fqcore, nothing clipped | that / np.add |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for isa in isas:
+        fqcore.set_isa(isa)
+        row = {"avx512": 16 * 4, "avx2": 8 * 4}[isa]  # one strip (STRIP_AVX512, STRIP_AVX2)
+        lo, hi = np.full(row, -6.0, np.float32), np.full(row, 6.0, np.float32)
+        pointers = (x.ctypes.data, g.ctypes.data, out.ctypes.data, x.size, lo.ctypes.data,
+                    hi.ctypes.data, row)
+        t_add = best_time(lambda: np.add(x, g, out=out))
+        times = []
+        for name in (f"channel_grad_streams_{isa}", f"channel_grad_streams_tested_{isa}"):
+            streams = channel_streams(lib, name)
+            out.fill(np.nan)
+            times.append(loop_time(streams, pointers, 3))
+            if not np.array_equal(out, g * ((x >= -6.0) & (x <= 6.0))):
+                raise RuntimeError(f"{name} wrote another gradient than it times")
+        t_kernel = best_time(lambda: _kernels.vars_grad(g, x, -6.0, 6.0, 8, False, out))
+        t_inside = best_time(lambda: _kernels.vars_grad(g, inside, -6.0, 6.0, 8, False, out))
+        cells = [f"{t_add * 1e6:.2f}"] + [f"{t * 1e6:.2f} | {t / t_add:.2f}"
+                                          for t in times + [t_kernel, t_inside]]
+        print(f"| {isa} | {' | '.join(cells)} |")
 
 
 def channel_gradient_floors(lib, isas, x, g, out, inside, period=CHANNEL_PERIOD):
@@ -428,7 +476,7 @@ def channel_gradient_floors(lib, isas, x, g, out, inside, period=CHANNEL_PERIOD)
         for name in (f"channel_grad_streams_{isa}", f"channel_grad_streams_tested_{isa}"):
             streams = channel_streams(lib, name)
             out.fill(np.nan)
-            times.append(best_time(lambda: streams(*pointers)))
+            times.append(loop_time(streams, pointers, 3))
             if not np.array_equal(out, g * ((x >= -6.0) & (x <= 6.0))):
                 raise RuntimeError(f"{name} wrote another gradient than it times")
         t_kernel = best_time(lambda: _kernels.channel_grad(grads, rows, lo, hi, 8, False, outs))
