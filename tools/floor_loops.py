@@ -184,10 +184,11 @@ __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) 
 #define STRIP_AVX512 4
 #define STRIP_AVX2 4
 
-/* The streams of one ISA: `group` 0 tests nothing; otherwise every `group` vectors of a row end
-   in the test the kernels make before they may skip a group's sums (fq_simd.h, group_dx_quiet:
-   its ORed changes compared with 0, and a branch), whose loud side here does nothing. */
-#define CHANNEL_STREAMS(isa, vec, W, STRIP, load, store, zero, quiet)                              \
+/* The streams of one ISA, channel_grad_streams_<isa> and channel_grad_streams_tested_<isa>: the
+   second ends every GROUP vectors of a row (the ISA's FQ_GRAD_GROUP: 4 in fq_avx512.c, 2 in
+   fq_avx2.c) in the test the kernels make before they may skip a group's sums (fq_simd.h,
+   group_dx_quiet: its ORed changes compared with 0, and a branch), whose loud side does nothing. */
+#define CHANNEL_STREAMS(isa, vec, W, STRIP, GROUP, load, store, zero, quiet)                       \
     static inline __attribute__((always_inline)) void channel_streams_##isa(                        \
             const float *x, const float *g, float *dx, size_t n, const float *lo, const float *hi, \
             size_t period, const int group) {                                                      \
@@ -212,36 +213,26 @@ __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) 
                 }                                                                                  \
         }                                                                                          \
         __asm__ volatile("" ::"r"(quiet(changes)));                                                \
+    }                                                                                              \
+    void channel_grad_streams_##isa(const float *x, const float *g, float *dx, size_t n,           \
+                                    const float *lo, const float *hi, size_t period) {             \
+        channel_streams_##isa(x, g, dx, n, lo, hi, period, 0);                                     \
+    }                                                                                              \
+    void channel_grad_streams_tested_##isa(const float *x, const float *g, float *dx, size_t n,    \
+                                           const float *lo, const float *hi, size_t period) {      \
+        channel_streams_##isa(x, g, dx, n, lo, hi, period, GROUP);                                 \
     }
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq")
-CHANNEL_STREAMS(avx512, __m512, 16, STRIP_AVX512, _mm512_loadu_ps, _mm512_storeu_ps,
+CHANNEL_STREAMS(avx512, __m512, 16, STRIP_AVX512, 4, _mm512_loadu_ps, _mm512_storeu_ps,
                 _mm512_setzero_ps, quiet_avx512)
-void channel_grad_streams_avx512(const float *x, const float *g, float *dx, size_t n,
-                                 const float *lo, const float *hi, size_t period) {
-    channel_streams_avx512(x, g, dx, n, lo, hi, period, 0);
-}
-/* AVX-512's gradient groups hold four vectors (fq_avx512.c, FQ_GRAD_GROUP). */
-void channel_grad_streams_tested_avx512(const float *x, const float *g, float *dx, size_t n,
-                                        const float *lo, const float *hi, size_t period) {
-    channel_streams_avx512(x, g, dx, n, lo, hi, period, 4);
-}
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-CHANNEL_STREAMS(avx2, __m256, 8, STRIP_AVX2, _mm256_loadu_ps, _mm256_storeu_ps,
+CHANNEL_STREAMS(avx2, __m256, 8, STRIP_AVX2, 2, _mm256_loadu_ps, _mm256_storeu_ps,
                 _mm256_setzero_ps, quiet_avx2)
-void channel_grad_streams_avx2(const float *x, const float *g, float *dx, size_t n,
-                               const float *lo, const float *hi, size_t period) {
-    channel_streams_avx2(x, g, dx, n, lo, hi, period, 0);
-}
-/* AVX2's hold two (fq_avx2.c). */
-void channel_grad_streams_tested_avx2(const float *x, const float *g, float *dx, size_t n,
-                                      const float *lo, const float *hi, size_t period) {
-    channel_streams_avx2(x, g, dx, n, lo, hi, period, 2);
-}
 #pragma GCC pop_options
 
 /* The batch-norm gradient's two passes and nothing else, channels last: rows of `channels` values
@@ -431,29 +422,35 @@ def vars_gradient_walks(lib, isas, x, g, out, inside):
     for isa in isas:
         fqcore.set_isa(isa)
         row = {"avx512": 16 * 4, "avx2": 8 * 4}[isa]  # one strip (STRIP_AVX512, STRIP_AVX2)
-        lo, hi = np.full(row, -6.0, np.float32), np.full(row, 6.0, np.float32)
-        pointers = (x.ctypes.data, g.ctypes.data, out.ctypes.data, x.size, lo.ctypes.data,
-                    hi.ctypes.data, row)
-        t_add = best_time(lambda: np.add(x, g, out=out))
-        times = []
-        for name in (f"channel_grad_streams_{isa}", f"channel_grad_streams_tested_{isa}"):
-            streams = channel_streams(lib, name)
-            out.fill(np.nan)
-            times.append(loop_time(streams, pointers, 3))
-            if not np.array_equal(out, g * ((x >= -6.0) & (x <= 6.0))):
-                raise RuntimeError(f"{name} wrote another gradient than it times")
-        t_kernel = best_time(lambda: _kernels.vars_grad(g, x, -6.0, 6.0, 8, False, out))
-        t_inside = best_time(lambda: _kernels.vars_grad(g, inside, -6.0, 6.0, 8, False, out))
-        cells = [f"{t_add * 1e6:.2f}"] + [f"{t * 1e6:.2f} | {t / t_add:.2f}"
-                                          for t in times + [t_kernel, t_inside]]
-        print(f"| {isa} | {' | '.join(cells)} |")
+        print(walk_row(lib, isa, x, g, out, row,
+                       lambda: _kernels.vars_grad(g, x, -6.0, 6.0, 8, False, out),
+                       lambda: _kernels.vars_grad(g, inside, -6.0, 6.0, 8, False, out)))
+
+
+def walk_row(lib, isa, x, g, out, period, kernel, kernel_inside):
+    """A row of the walk tables: np.add, the streams over rows of `period` (every range [-6, 6])
+    without and with each group's test, then `kernel` and `kernel_inside` (us, and each / np.add).
+    Raises if a streams loop does not write the gradient it times."""
+    lo, hi = np.full(period, -6.0, np.float32), np.full(period, 6.0, np.float32)
+    # The pointers made once: each .ctypes.data builds an object (2.2 us for the six here).
+    pointers = (x.ctypes.data, g.ctypes.data, out.ctypes.data, x.size, lo.ctypes.data,
+                hi.ctypes.data, period)
+    t_add = best_time(lambda: np.add(x, g, out=out))
+    times = []
+    for name in (f"channel_grad_streams_{isa}", f"channel_grad_streams_tested_{isa}"):
+        streams = channel_streams(lib, name)
+        out.fill(np.nan)
+        times.append(loop_time(streams, pointers, 3))
+        if not np.array_equal(out, g * ((x >= -6.0) & (x <= 6.0))):
+            raise RuntimeError(f"{name} wrote another gradient than it times")
+    times += [best_time(kernel), best_time(kernel_inside)]
+    cells = [f"{t_add * 1e6:.2f}"] + [f"{t * 1e6:.2f} | {t / t_add:.2f}" for t in times]
+    return f"| {isa} | {' | '.join(cells)} |"
 
 
 def channel_gradient_floors(lib, isas, x, g, out, inside, period=CHANNEL_PERIOD):
-    """The per-channel gradient table: np.add, the streams with the grids alone (x as [n / period,
-    period], every channel's range [-6, 6]) and with each group's test, fqcore's kernel on x and
-    on `inside`, x with nothing clipped (us). Raises if a streams loop does not write the gradient
-    it times."""
+    """The per-channel gradient table (walk_row): x as [n / period, period], every channel's range
+    [-6, 6]; the kernel also on `inside`, x with nothing clipped."""
     print(f"\nPer-channel (Vars) gradient, one thread, x as [{x.size // period}, {period}], "
           f"{np.mean(np.abs(x) > 6):.2%} of it clipped: us per call. The streams read x, g and "
           f"each vector's grids and write dx, with no sums; tested, each group of vectors also "
@@ -463,27 +460,14 @@ def channel_gradient_floors(lib, isas, x, g, out, inside, period=CHANNEL_PERIOD)
           "tested / np.add | fqcore kernel | fqcore / np.add | fqcore, nothing clipped | "
           "that / np.add |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    lo, hi = np.full(period, -6.0, np.float32), np.full(period, 6.0, np.float32)
     rows, grads, outs = x.reshape(-1, period), g.reshape(-1, period), out.reshape(-1, period)
     inside = inside.reshape(-1, period)
-    # The pointers made once: each .ctypes.data builds an object (2.2 us for the six here).
-    pointers = (x.ctypes.data, g.ctypes.data, out.ctypes.data, x.size, lo.ctypes.data,
-                hi.ctypes.data, period)
+    lo, hi = np.full(period, -6.0, np.float32), np.full(period, 6.0, np.float32)
     for isa in isas:
         fqcore.set_isa(isa)
-        t_add = best_time(lambda: np.add(x, g, out=out))
-        times = []
-        for name in (f"channel_grad_streams_{isa}", f"channel_grad_streams_tested_{isa}"):
-            streams = channel_streams(lib, name)
-            out.fill(np.nan)
-            times.append(loop_time(streams, pointers, 3))
-            if not np.array_equal(out, g * ((x >= -6.0) & (x <= 6.0))):
-                raise RuntimeError(f"{name} wrote another gradient than it times")
-        t_kernel = best_time(lambda: _kernels.channel_grad(grads, rows, lo, hi, 8, False, outs))
-        t_inside = best_time(lambda: _kernels.channel_grad(grads, inside, lo, hi, 8, False, outs))
-        cells = [f"{t_add * 1e6:.2f}"] + [f"{t * 1e6:.2f} | {t / t_add:.2f}"
-                                          for t in times + [t_kernel, t_inside]]
-        print(f"| {isa} | {' | '.join(cells)} |")
+        print(walk_row(lib, isa, x, g, out, period,
+                       lambda: _kernels.channel_grad(grads, rows, lo, hi, 8, False, outs),
+                       lambda: _kernels.channel_grad(grads, inside, lo, hi, 8, False, outs)))
 
 
 def batch_norm_floors(lib, batch):
