@@ -32,7 +32,9 @@ def test_every_isa_gets_both_ops_with_positive_times(capsys):
                                                       for op in ("args forward", "vars gradient")]
     for row in rows:
         numbers = [float(v) for v in re.findall(r"\d+\.\d+", row)]
-        assert len(numbers) == 5 and all(v > 0 for v in numbers)
+        assert len(numbers) == 7 and all(v > 0 for v in numbers)
+        for time in (1, 3, 5):  # each time beside its ratio to the memory floor
+            assert numbers[time + 1] == pytest.approx(numbers[time] / numbers[0], rel=0.02)
     for table in (walks, channel):
         rows = [line for line in table.splitlines() if line.startswith("| avx")]
         assert [row.split(" | ")[0] for row in rows] == [f"| {i}" for i in SIMD]
@@ -62,6 +64,20 @@ def test_the_per_channel_streams_loop_writes_the_gradient_it_times():
                                                    x.size, lo.ctypes.data, hi.ctypes.data,
                                                    floor_loops.CHANNEL_PERIOD)
             np.testing.assert_array_equal(dx, g * ((x >= -6.0) & (x <= 6.0)), err_msg=name)
+
+
+@pytest.mark.skipif(not SIMD or shutil.which("cc") is None, reason="needs an x86 SIMD ISA and cc")
+def test_the_args_forward_loop_with_memory_writes_what_it_times():
+    """Its loads and stores are only the kernel's if every vector is read and written, through the
+    eight operations (a step skipped or an operation left out writes other values)."""
+    import numpy as np
+    x = (np.random.default_rng(4).standard_normal(4096) * 4).astype(np.float32)
+    with tempfile.TemporaryDirectory() as directory:
+        lib = floor_loops.build_library(directory)
+        for isa in SIMD:
+            out = np.full_like(x, np.nan)
+            floor_loops.args_streams(lib, isa)(x.ctypes.data, out.ctypes.data, x.size)
+            np.testing.assert_array_equal(out, floor_loops.args_forward_model(x), err_msg=isa)
 
 
 def test_n_must_be_a_multiple_of_the_channel_period(capsys):

@@ -9,8 +9,10 @@ Each compute-only loop runs the kernel's per-vector operations, in TF's order an
 roundings, on inputs held in registers (an empty asm makes each vector a fresh input, so nothing is
 hoisted and no vector waits on another), as many vectors as the call has. Where that alone takes
 longer than 1.25x the ufunc, a 1.25x target is out of reach on this CPU whatever the walk: the note
-of issue 18 quotes this table. Every loop's time is less its call through ctypes (the same call with
-nothing to do), which costs more than fqcore's bindings.
+of issue 18 quotes this table. Beside it, the same operations with their loads and stores, in order
+(for the Vars gradient, its walk below): what they cost with the memory traffic of the call. Every
+loop's time is less its call through ctypes (the same call with nothing to do), which costs more
+than fqcore's bindings.
 
 The Vars gradient's walk: the per-channel streams loop below over rows of one strip, one range for
 all, which reads x and g and writes dx in order with the grid in registers, as the per-tensor kernel
@@ -103,21 +105,33 @@ quiet_avx2(__m256 changes) {
     return _mm256_movemask_ps(_mm256_cmp_ps(changes, _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0xff;
 }
 
-__attribute__((target("avx512f,avx512dq"))) void args_forward_compute_avx512(size_t vectors) {
+/* The Args forward's eight operations on one vector, as the kernels do them. */
+static inline __attribute__((always_inline, target("avx512f,avx512dq"))) __m512
+args_forward_vector_avx512(__m512 x) {
     const __m512 nmin = _mm512_set1_ps(-6.0f), nmax = _mm512_set1_ps(6.0f);
     const __m512 inv = _mm512_set1_ps(21.25f), zero = _mm512_set1_ps(128.0f);
     const __m512 half = _mm512_set1_ps(0.5f), scale = _mm512_set1_ps(12.0f / 255.0f);
+    const __m512 c = _mm512_max_ps(nmin, _mm512_min_ps(nmax, x));
+    const __m512 s = _mm512_mul_ps(_mm512_sub_ps(c, nmin), inv);
+    const __m512 t = _mm512_add_ps(_mm512_sub_ps(s, zero), half);
+    return _mm512_mul_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), scale);
+}
+
+__attribute__((target("avx512f,avx512dq"))) void args_forward_compute_avx512(size_t vectors) {
     __m512 in[CHAINS];
     for (int k = 0; k < CHAINS; ++k) in[k] = _mm512_set1_ps(0.37f * (float)k - 3.0f);
     for (size_t i = 0; i < vectors; i += CHAINS)
         for (int k = 0; k < CHAINS; ++k) {
             FRESH(in[k]);
-            const __m512 c = _mm512_max_ps(nmin, _mm512_min_ps(nmax, in[k]));
-            const __m512 s = _mm512_mul_ps(_mm512_sub_ps(c, nmin), inv);
-            const __m512 t = _mm512_add_ps(_mm512_sub_ps(s, zero), half);
-            const __m512 y = _mm512_mul_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), scale);
-            USE(y);
+            USE(args_forward_vector_avx512(in[k]));
         }
+}
+
+/* The same operations with their memory traffic: x read, out written, in order. */
+__attribute__((target("avx512f,avx512dq"))) void args_forward_streams_avx512(
+        const float *x, float *out, size_t n) {
+    for (size_t i = 0; i < n; i += 16)
+        _mm512_storeu_ps(out + i, args_forward_vector_avx512(_mm512_loadu_ps(x + i)));
 }
 
 __attribute__((target("avx512f,avx512dq"))) void vars_grad_compute_avx512(size_t vectors) {
@@ -138,21 +152,31 @@ __attribute__((target("avx512f,avx512dq"))) void vars_grad_compute_avx512(size_t
     }
 }
 
-__attribute__((target("avx2,fma"))) void args_forward_compute_avx2(size_t vectors) {
+static inline __attribute__((always_inline, target("avx2,fma"))) __m256
+args_forward_vector_avx2(__m256 x) {
     const __m256 nmin = _mm256_set1_ps(-6.0f), nmax = _mm256_set1_ps(6.0f);
     const __m256 inv = _mm256_set1_ps(21.25f), zero = _mm256_set1_ps(128.0f);
     const __m256 half = _mm256_set1_ps(0.5f), scale = _mm256_set1_ps(12.0f / 255.0f);
+    const __m256 c = _mm256_max_ps(nmin, _mm256_min_ps(nmax, x));
+    const __m256 s = _mm256_mul_ps(_mm256_sub_ps(c, nmin), inv);
+    const __m256 t = _mm256_add_ps(_mm256_sub_ps(s, zero), half);
+    return _mm256_mul_ps(_mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), scale);
+}
+
+__attribute__((target("avx2,fma"))) void args_forward_compute_avx2(size_t vectors) {
     __m256 in[CHAINS];
     for (int k = 0; k < CHAINS; ++k) in[k] = _mm256_set1_ps(0.37f * (float)k - 3.0f);
     for (size_t i = 0; i < vectors; i += CHAINS)
         for (int k = 0; k < CHAINS; ++k) {
             FRESH(in[k]);
-            const __m256 c = _mm256_max_ps(nmin, _mm256_min_ps(nmax, in[k]));
-            const __m256 s = _mm256_mul_ps(_mm256_sub_ps(c, nmin), inv);
-            const __m256 t = _mm256_add_ps(_mm256_sub_ps(s, zero), half);
-            const __m256 y = _mm256_mul_ps(_mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), scale);
-            USE(y);
+            USE(args_forward_vector_avx2(in[k]));
         }
+}
+
+__attribute__((target("avx2,fma"))) void args_forward_streams_avx2(const float *x, float *out,
+                                                                   size_t n) {
+    for (size_t i = 0; i < n; i += 8)
+        _mm256_storeu_ps(out + i, args_forward_vector_avx2(_mm256_loadu_ps(x + i)));
 }
 
 __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) {
@@ -366,35 +390,63 @@ def main(argv=None):
     np.clip(x, -5.9, 5.9, out=inside)  # x with nothing clipped
     lanes = {"avx512": 16, "avx2": 8}
     print(f"CPU: {cpu_model()}; n = {args.n}, one thread; best of 15 batches (us per call)\n")
-    print("| ISA | op | memory floor (numpy) | compute only | compute / memory | fqcore kernel | kernel / memory |")
-    print("|---|---|---|---|---|---|---|")
+    print("| ISA | op | memory floor (numpy) | compute only | compute / memory | "
+          "with its loads and stores | that / memory | fqcore kernel | kernel / memory |")
+    print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:
         lib = build_library(directory)
         for isa in isas:
             fqcore.set_isa(isa)
             vectors = ctypes.c_size_t(args.n // lanes[isa])
+            strip = np.full(4 * lanes[isa], -6.0, np.float32), np.full(4 * lanes[isa], 6.0, np.float32)
             cases = [
                 ("args forward", lambda: np.multiply(x, 2.0, out=out),
                  getattr(lib, f"args_forward_compute_{isa}"),
+                 (args_streams(lib, isa), (x.ctypes.data, out.ctypes.data, x.size), 2,
+                  args_forward_model(x)),
                  lambda: _kernels.args_forward(x, -6.0, 6.0, 8, False, out)),
                 ("vars gradient", lambda: np.add(x, g, out=out),
                  getattr(lib, f"vars_grad_compute_{isa}"),
+                 (channel_streams(lib, f"channel_grad_streams_{isa}"),
+                  (x.ctypes.data, g.ctypes.data, out.ctypes.data, x.size, strip[0].ctypes.data,
+                   strip[1].ctypes.data, strip[0].size), 3, g * ((x >= -6.0) & (x <= 6.0))),
                  lambda: _kernels.vars_grad(g, x, -6.0, 6.0, 8, False, out)),
             ]
-            for name, memory, compute, kernel in cases:
+            for name, memory, compute, (streams, pointers, size_at, model), kernel in cases:
                 compute.restype = None
                 compute.argtypes = [ctypes.c_size_t]
                 t_memory = best_time(memory)
                 t_compute = loop_time(compute, (vectors,), 0)
+                out.fill(np.nan)
+                t_streams = loop_time(streams, pointers, size_at)
+                if not np.array_equal(out, model):
+                    raise RuntimeError(f"the {name} loop with memory wrote another result than it times")
                 t_kernel = best_time(kernel)
-                print(f"| {isa} | {name} | {t_memory * 1e6:.2f} | {t_compute * 1e6:.2f} | "
-                      f"{t_compute / t_memory:.2f} | {t_kernel * 1e6:.2f} | {t_kernel / t_memory:.2f} |")
+                print(f"| {isa} | {name} | {t_memory * 1e6:.2f} | " + " | ".join(
+                    f"{t * 1e6:.2f} | {t / t_memory:.2f}" for t in (t_compute, t_streams, t_kernel))
+                    + " |")
         vars_gradient_walks(lib, isas, x, g, out, inside)
         channel_gradient_floors(lib, isas, x, g, out, inside)
         if args.batch_norm:
             fqcore.set_isa(isas[-1] if isas else fqcore.get_isa())
             batch_norm_floors(lib, args.bn_batch)
     return 0
+
+
+def args_streams(lib, isa):
+    """The Args forward's loop with memory, a ctypes function of (x, out, n)."""
+    streams = getattr(lib, f"args_forward_streams_{isa}")
+    streams.restype = None
+    streams.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t]
+    return streams
+
+
+def args_forward_model(x):
+    """What args_forward_streams_<isa> writes: the loop's formula in float32, operation by
+    operation."""
+    f = np.float32
+    scaled = (np.clip(x, f(-6.0), f(6.0)) - f(-6.0)) * f(21.25)
+    return np.floor((scaled - f(128.0)) + f(0.5)) * (f(12.0) / f(255.0))
 
 
 def channel_streams(lib, name):
