@@ -28,7 +28,7 @@ of four vectors of positions down all the rows (x as compare.py's [n / 128, 128]
 writes dx and does the per-tensor gradient's operations with the strip's grids; no sums (they are
 skipped where nothing is clipped). "Tested", the same walk also ends each group of vectors (the
 kernel's FQ_GRAD_GROUP) in the test that lets a kernel skip the group's sums, and the branch on
-it, whose loud side does nothing: a walk that skips the sums of quiet groups cannot do less
+it, whose loud side does nothing: a walk that skips quiet groups' sums by a branch does no less
 (adding every group's products instead costs more: the README's per-channel notes). Beside them,
 the kernel on compare.py's inputs and on the same inputs with nothing clipped: the difference is
 what the clipped elements' per-channel sums cost.
