@@ -213,7 +213,7 @@ __attribute__((target("avx2,fma"))) void vars_grad_compute_avx2(size_t vectors) 
    fq_avx2.c) in the test the kernels make before they may skip a group's sums (fq_simd.h,
    group_dx_quiet: its ORed changes compared with 0, and a branch), whose loud side does nothing. */
 #define CHANNEL_STREAMS(isa, vec, W, STRIP, GROUP, load, store, zero, quiet)                       \
-    static inline __attribute__((always_inline)) void channel_streams_##isa(                        \
+    static inline __attribute__((always_inline)) void channel_streams_##isa(                       \
             const float *x, const float *g, float *dx, size_t n, const float *lo, const float *hi, \
             size_t period, const int group) {                                                      \
         vec changes = zero();                                                                      \
@@ -395,37 +395,37 @@ def main(argv=None):
     print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:
         lib = build_library(directory)
+        walk_rows = []
         for isa in isas:
             fqcore.set_isa(isa)
             vectors = ctypes.c_size_t(args.n // lanes[isa])
-            strip = np.full(4 * lanes[isa], -6.0, np.float32), np.full(4 * lanes[isa], 6.0, np.float32)
+            # The Vars gradient's walk: rows of one strip (STRIP_AVX512, STRIP_AVX2 vectors).
+            walk, tested = streams_times(lib, isa, x, g, out, 4 * lanes[isa])
             cases = [
                 ("args forward", lambda: np.multiply(x, 2.0, out=out),
                  getattr(lib, f"args_forward_compute_{isa}"),
-                 (args_streams(lib, isa), (x.ctypes.data, out.ctypes.data, x.size), 2,
-                  args_forward_model(x)),
+                 lambda: args_streams_time(lib, isa, x, out),
                  lambda: _kernels.args_forward(x, -6.0, 6.0, 8, False, out)),
                 ("vars gradient", lambda: np.add(x, g, out=out),
-                 getattr(lib, f"vars_grad_compute_{isa}"),
-                 (channel_streams(lib, f"channel_grad_streams_{isa}"),
-                  (x.ctypes.data, g.ctypes.data, out.ctypes.data, x.size, strip[0].ctypes.data,
-                   strip[1].ctypes.data, strip[0].size), 3, g * ((x >= -6.0) & (x <= 6.0))),
+                 getattr(lib, f"vars_grad_compute_{isa}"), lambda: walk,
                  lambda: _kernels.vars_grad(g, x, -6.0, 6.0, 8, False, out)),
             ]
-            for name, memory, compute, (streams, pointers, size_at, model), kernel in cases:
+            measured = {}  # name: (its memory floor, its kernel)
+            for name, memory, compute, with_memory, kernel in cases:
                 compute.restype = None
                 compute.argtypes = [ctypes.c_size_t]
                 t_memory = best_time(memory)
                 t_compute = loop_time(compute, (vectors,), 0)
-                out.fill(np.nan)
-                t_streams = loop_time(streams, pointers, size_at)
-                if not np.array_equal(out, model):
-                    raise RuntimeError(f"the {name} loop with memory wrote another result than it times")
                 t_kernel = best_time(kernel)
                 print(f"| {isa} | {name} | {t_memory * 1e6:.2f} | " + " | ".join(
-                    f"{t * 1e6:.2f} | {t / t_memory:.2f}" for t in (t_compute, t_streams, t_kernel))
-                    + " |")
-        vars_gradient_walks(lib, isas, x, g, out, inside)
+                    f"{t * 1e6:.2f} | {t / t_memory:.2f}"
+                    for t in (t_compute, with_memory(), t_kernel)) + " |")
+                measured[name] = t_memory, t_kernel
+            # The Vars gradient's floor, walk and kernel, measured once, serve its walk table too.
+            t_add, t_kernel = measured["vars gradient"]
+            t_inside = best_time(lambda: _kernels.vars_grad(g, inside, -6.0, 6.0, 8, False, out))
+            walk_rows.append(table_row(isa, t_add, [walk, tested, t_kernel, t_inside]))
+        vars_gradient_walks(x, walk_rows)
         channel_gradient_floors(lib, isas, x, g, out, inside)
         if args.batch_norm:
             fqcore.set_isa(isas[-1] if isas else fqcore.get_isa())
@@ -439,6 +439,16 @@ def args_streams(lib, isa):
     streams.restype = None
     streams.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t]
     return streams
+
+
+def args_streams_time(lib, isa, x, out):
+    """loop_time of args_forward_streams_<isa> on x into out; raises if it does not write what
+    args_forward_model says."""
+    out.fill(np.nan)
+    t = loop_time(args_streams(lib, isa), (x.ctypes.data, out.ctypes.data, x.size), 2)
+    if not np.array_equal(out, args_forward_model(x)):
+        raise RuntimeError(f"args_forward_streams_{isa} wrote another result than it times")
+    return t
 
 
 def args_forward_model(x):
@@ -459,10 +469,33 @@ def channel_streams(lib, name):
     return streams
 
 
-def vars_gradient_walks(lib, isas, x, g, out, inside):
-    """The Vars gradient's walk table: np.add; the per-channel streams loop over rows of one strip
-    with one range for all, which is the per-tensor walk (contiguous, the grid in registers),
-    without and with each group's test; fqcore's kernel on x and on `inside` (us)."""
+def streams_times(lib, isa, x, g, out, period):
+    """loop_time of the streams over rows of `period` (every range [-6, 6]), without and with each
+    group's test. Raises if a loop does not write the gradient it times."""
+    lo, hi = np.full(period, -6.0, np.float32), np.full(period, 6.0, np.float32)
+    # The pointers made once: each .ctypes.data builds an object (2.2 us for the six here).
+    pointers = (x.ctypes.data, g.ctypes.data, out.ctypes.data, x.size, lo.ctypes.data,
+                hi.ctypes.data, period)
+    times = []
+    for name in (f"channel_grad_streams_{isa}", f"channel_grad_streams_tested_{isa}"):
+        out.fill(np.nan)
+        times.append(loop_time(channel_streams(lib, name), pointers, 3))
+        if not np.array_equal(out, g * ((x >= -6.0) & (x <= 6.0))):
+            raise RuntimeError(f"{name} wrote another gradient than it times")
+    return times
+
+
+def table_row(isa, t_add, times):
+    """A row of the walk tables: np.add's time, then each of `times` and its ratio to it (us)."""
+    cells = [f"{t_add * 1e6:.2f}"] + [f"{t * 1e6:.2f} | {t / t_add:.2f}" for t in times]
+    return f"| {isa} | {' | '.join(cells)} |"
+
+
+def vars_gradient_walks(x, rows):
+    """The Vars gradient's walk table, its rows made by main: np.add; the per-channel streams loop
+    over rows of one strip with one range for all, which is the per-tensor walk (contiguous, the
+    grid in registers), without and with each group's test; fqcore's kernel on x and on x with
+    nothing clipped (us)."""
     print(f"\nVars gradient, one thread, {np.mean(np.abs(x) > 6):.2%} of x clipped: us per call. "
           f"The walk reads x and g and writes dx, with no sums; tested, each group of vectors also "
           f"ends in the test that lets the kernel skip its sums (where a group is loud, as one in "
@@ -471,38 +504,14 @@ def vars_gradient_walks(lib, isas, x, g, out, inside):
     print("| ISA | np.add | walk | walk / np.add | walk, tested | tested / np.add | fqcore kernel | "
           "fqcore / np.add | fqcore, nothing clipped | that / np.add |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for isa in isas:
-        fqcore.set_isa(isa)
-        row = {"avx512": 16 * 4, "avx2": 8 * 4}[isa]  # one strip (STRIP_AVX512, STRIP_AVX2)
-        print(walk_row(lib, isa, x, g, out, row,
-                       lambda: _kernels.vars_grad(g, x, -6.0, 6.0, 8, False, out),
-                       lambda: _kernels.vars_grad(g, inside, -6.0, 6.0, 8, False, out)))
-
-
-def walk_row(lib, isa, x, g, out, period, kernel, kernel_inside):
-    """A row of the walk tables: np.add, the streams over rows of `period` (every range [-6, 6])
-    without and with each group's test, then `kernel` and `kernel_inside` (us, and each / np.add).
-    Raises if a streams loop does not write the gradient it times."""
-    lo, hi = np.full(period, -6.0, np.float32), np.full(period, 6.0, np.float32)
-    # The pointers made once: each .ctypes.data builds an object (2.2 us for the six here).
-    pointers = (x.ctypes.data, g.ctypes.data, out.ctypes.data, x.size, lo.ctypes.data,
-                hi.ctypes.data, period)
-    t_add = best_time(lambda: np.add(x, g, out=out))
-    times = []
-    for name in (f"channel_grad_streams_{isa}", f"channel_grad_streams_tested_{isa}"):
-        streams = channel_streams(lib, name)
-        out.fill(np.nan)
-        times.append(loop_time(streams, pointers, 3))
-        if not np.array_equal(out, g * ((x >= -6.0) & (x <= 6.0))):
-            raise RuntimeError(f"{name} wrote another gradient than it times")
-    times += [best_time(kernel), best_time(kernel_inside)]
-    cells = [f"{t_add * 1e6:.2f}"] + [f"{t * 1e6:.2f} | {t / t_add:.2f}" for t in times]
-    return f"| {isa} | {' | '.join(cells)} |"
+    for row in rows:
+        print(row)
 
 
 def channel_gradient_floors(lib, isas, x, g, out, inside, period=CHANNEL_PERIOD):
-    """The per-channel gradient table (walk_row): x as [n / period, period], every channel's range
-    [-6, 6]; the kernel also on `inside`, x with nothing clipped."""
+    """The per-channel gradient table: x as [n / period, period], every channel's range [-6, 6];
+    np.add, the streams without and with each group's test, the kernel on x and on `inside`, x
+    with nothing clipped."""
     print(f"\nPer-channel (Vars) gradient, one thread, x as [{x.size // period}, {period}], "
           f"{np.mean(np.abs(x) > 6):.2%} of it clipped: us per call. The streams read x, g and "
           f"each vector's grids and write dx, with no sums; tested, each group of vectors also "
@@ -517,9 +526,11 @@ def channel_gradient_floors(lib, isas, x, g, out, inside, period=CHANNEL_PERIOD)
     lo, hi = np.full(period, -6.0, np.float32), np.full(period, 6.0, np.float32)
     for isa in isas:
         fqcore.set_isa(isa)
-        print(walk_row(lib, isa, x, g, out, period,
-                       lambda: _kernels.channel_grad(grads, rows, lo, hi, 8, False, outs),
-                       lambda: _kernels.channel_grad(grads, inside, lo, hi, 8, False, outs)))
+        t_add = best_time(lambda: np.add(x, g, out=out))
+        times = streams_times(lib, isa, x, g, out, period)
+        times += [best_time(lambda: _kernels.channel_grad(grads, rows, lo, hi, 8, False, outs)),
+                  best_time(lambda: _kernels.channel_grad(grads, inside, lo, hi, 8, False, outs))]
+        print(table_row(isa, t_add, times))
 
 
 def batch_norm_floors(lib, batch):
