@@ -121,8 +121,8 @@ static int forced_forward_on_fma = -1;
 /* fq_simd.h, forward_mul_v, has the figures: Zen 4 gains from the FMA subtractions (AVX-512, 64K
    elements in L2: 6.9 -> 5.5 us), the AVX2 path on an Intel Xeon (Sapphire Rapids class) loses
    (1.49-1.50x np.multiply with them, 1.28-1.29x with plain ones), and its AVX-512 path is the same
-   either way, so keeps them. Zen's AVX2 path shares the pipes of its AVX-512 one, so it keeps them too (unmeasured);
-   NEON's subtractions are plain in both kernels. */
+   either way, so keeps them. Zen's AVX2 path shares the pipes of its AVX-512 one, so it keeps them
+   too (unmeasured); NEON's subtractions are plain in both kernels. */
 int fq_forward_on_fma_for(fq_isa isa) {
     return forced_or(&forced_forward_on_fma, on_zen() || isa != FQ_ISA_AVX2);
 }
