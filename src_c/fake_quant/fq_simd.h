@@ -250,13 +250,13 @@ FQ_INLINE void group_load_grid(fq_group *v, int k, const float *g, const float *
    +-0. Elsewhere it is -g (x outside, or NaN, and g finite: a NaN x makes the lane loud though its
    products are +-0, which costs their adds alone) or NaN (g infinite or NaN). Two operations, and
    the group's changes ORed into one compare, where testing x inside and g finite took three a
-   vector on AVX2 and NEON (magnitude, compare, and-not) and an and a vector for the group. Intel Xeon
-   (Sapphire Rapids class), one thread, compare.py, three runs alternating with that test: AVX2 Vars
-   gradient at 64K 1.35-1.38x -> 1.28-1.31x np.add; at [3, 3, 64, 128] with 4.6% clipped, per
-   tensor 15.6-15.8 -> 14.3-14.7 us, per channel 17.5-17.9 -> 16.3-16.5. AVX-512 tested finite in
-   one operation (fpclass), and there the per-tensor gradient with 4.6% clipped went 12.6-13.0 ->
-   11.9-12.4 us (four runs of --sections layout), the rest unchanged (per channel 13.2-13.6 ->
-   13.4-13.8, 64K rows 1.13-1.15x). */
+   vector on AVX2 and NEON (magnitude, compare, and-not) and an and a vector for the group. Intel
+   Xeon (Sapphire Rapids class), one thread, compare.py, three runs alternating with that test:
+   AVX2 Vars gradient at 64K 1.35-1.38x -> 1.28-1.31x np.add; at [3, 3, 64, 128] with 4.6%
+   clipped, per tensor 15.6-15.8 -> 14.3-14.7 us, per channel 17.5-17.9 -> 16.3-16.5. AVX-512
+   tested finite in one operation (fpclass), and there the per-tensor gradient with 4.6% clipped
+   went 12.6-13.0 -> 11.9-12.4 us (four runs of --sections layout), the rest unchanged (per channel
+   13.2-13.6 -> 13.4-13.8, 64K rows 1.13-1.15x). */
 FQ_INLINE fqv vector_dx_change(const fq_group *v, int k) {
     const fqv dx = fqv_mul(v->g[k], fqv_as_one(between(v->x[k], v->nmin[k], v->nmax[k])));
     fqv_store(v->dx[k], dx);
