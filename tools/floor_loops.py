@@ -1,7 +1,7 @@
 """The floor under a fake-quant kernel on this CPU: how long its unavoidable arithmetic takes with no
 memory traffic at all, next to the numpy ufunc that is its memory floor and the kernel itself; the
 per-channel gradient's walk (its streams and grids, nothing else); and, with --batch-norm, the
-memory floor of the batch-norm gradient at benchmarks/compare.py's shapes.
+memory floor of the batch-norm gradient at benchmarks/compare.py's channels-last shapes.
 
     python tools/floor_loops.py [--n 65536] [--isa avx512|avx2] [--batch-norm [--bn-batch N]]
 
@@ -34,12 +34,17 @@ the kernel on compare.py's inputs and on the same inputs with nothing clipped: t
 what the clipped elements' per-channel sums cost.
 
 The batch-norm gradient cannot start its output before it has summed dy and dy * x over the whole
-batch, so it reads x and dy twice and writes dx once: five streams where np.add has three. Its loop
-does those two passes and nothing else (float32 sums, no statistics, no scale; AVX2), beside
-np.add(x, dy, out=dx) and fqcore's gradient (its target: 1.8x np.add). It bounds the floor from
-above, not below: a better walk of the same passes may be faster (fqcore's kernel beats it at some
-shapes), so where it already takes more than the target the target is out of reach only as far as
-no walk of the passes does better.
+batch, so it reads x and dy twice and writes dx once: five streams where np.add has three. Its
+loops (channels last, the shapes where the targets are missed) walk those two passes as fqcore's
+kernel does and do nothing else: pass 1 in memory order with float32 sums; pass 2 in items of
+64K elements from the last to the first (what pass 1 left in the caches first), writing dx with
+plain or with streamed stores (the faster of the two is the floor). Beside them: np.add, pass 1
+alone (reading x and dy once), fqcore's gradient, and PyTorch's where it is installed. PyTorch's
+time over the two passes' is the most any kernel that makes the two passes could be faster than
+PyTorch; under 1.2, that target is out of reach on this CPU. Channels first, fqcore's gradient
+reads x and dy from memory once (blocks of channels), so no such floor applies. The floor holds
+for data beyond L2: with the few rows of a small --bn-batch, pass 1's sums (loaded and stored
+in L1 for every row) cost more than its reads.
 
 Needs a C compiler (cc); builds a small library in a temporary directory.
 """
@@ -61,6 +66,8 @@ from benchmarks.placement import placed_arrays  # noqa: E402
 
 # compare.py's per-channel layout: [n / 128, 128].
 CHANNEL_PERIOD = 128
+# The batch-norm kernels' elementwise items (bn_walk.c, BN_CHUNK): elements a pass takes at once.
+BN_CHUNK = 65536
 
 SOURCE = r"""
 #include <immintrin.h>
@@ -259,79 +266,61 @@ CHANNEL_STREAMS(avx2, __m256, 8, STRIP_AVX2, 2, _mm256_loadu_ps, _mm256_storeu_p
                 _mm256_setzero_ps, quiet_avx2)
 #pragma GCC pop_options
 
-/* The batch-norm gradient's two passes and nothing else, channels last: rows of `channels` values
-   (a multiple of 8), the per-channel sums (2 x channels floats at `sums`) in L1; even and odd rows
-   sum apart, so that no add waits on the previous row's store of the same sums. */
-__attribute__((target("avx2,fma"))) void bn_grad_two_passes_channels_last(
-        const float *x, const float *dy, float *dx, size_t rows, size_t channels, float *sums) {
-    float *even = sums, *odd = sums + 2 * channels; /* sum dy, then sum dy * x, of each channel */
-    for (size_t c = 0; c < 4 * channels; ++c) sums[c] = 0.0f;
-    for (size_t r = 0; r < rows; ++r) {
-        float *s = r % 2 ? odd : even;
-        for (size_t c = 0; c < channels; c += 8) {
-            const __m256 g = _mm256_loadu_ps(dy + r * channels + c), v = _mm256_loadu_ps(x + r * channels + c);
-            _mm256_storeu_ps(s + c, _mm256_add_ps(_mm256_loadu_ps(s + c), g));
-            _mm256_storeu_ps(s + channels + c, _mm256_add_ps(_mm256_loadu_ps(s + channels + c), _mm256_mul_ps(g, v)));
-        }
+/* The batch-norm gradient's two passes and nothing else, channels last, walked as fqcore's kernel
+   walks them (bn_walk.c): rows of `channels` values (a multiple of W). Pass 1 reads x and dy in
+   memory order and sums dy and dy * x per channel in float32 (the sums in L1, even and odd rows
+   apart, so that no add waits on the previous row's store of the same sums). Pass 2 writes
+   dx = dy * k + x * m in items of `item_rows` rows from the last item to the first, each in
+   memory order: it starts on what pass 1 left in the caches. `stream` writes dx with
+   non-temporal stores (dx aligned to W floats), as the kernel does when its arrays exceed 16 MiB.
+   bn_sums_<isa> is pass 1 alone: what reading x and dy once costs. */
+#define BN_TWO_PASSES(isa, vec, W, load, store, stream_store, add, mul)                            \
+    void bn_sums_##isa(const float *x, const float *dy, size_t rows, size_t channels,             \
+                       float *sums) {                                                              \
+        float *even = sums, *odd = sums + 2 * channels; /* sum dy, then sum dy * x */             \
+        for (size_t c = 0; c < 4 * channels; ++c) sums[c] = 0.0f;                                  \
+        for (size_t r = 0; r < rows; ++r) {                                                        \
+            float *s = r % 2 ? odd : even;                                                         \
+            const float *xr = x + r * channels, *gr = dy + r * channels;                           \
+            for (size_t c = 0; c < channels; c += W) {                                             \
+                const vec g = load(gr + c);                                                        \
+                store(s + c, add(load(s + c), g));                                                 \
+                store(s + channels + c, add(load(s + channels + c), mul(g, load(xr + c))));        \
+            }                                                                                      \
+        }                                                                                          \
+        for (size_t c = 0; c < 2 * channels; ++c) even[c] += odd[c];                               \
+    }                                                                                              \
+    void bn_two_passes_##isa(const float *x, const float *dy, float *dx, size_t rows,              \
+                             size_t channels, float *sums, size_t item_rows, int stream) {         \
+        bn_sums_##isa(x, dy, rows, channels, sums);                                                \
+        for (size_t item = (rows + item_rows - 1) / item_rows; item > 0; --item) {                 \
+            const size_t first = (item - 1) * item_rows;                                           \
+            const size_t end = rows - first < item_rows ? rows : first + item_rows;                \
+            for (size_t i = first * channels; i < end * channels; i += channels)                   \
+                for (size_t c = 0; c < channels; c += W) {                                         \
+                    const vec out = add(mul(load(dy + i + c), load(sums + c)),                     \
+                                        mul(load(x + i + c), load(sums + channels + c)));          \
+                    if (stream) {                                                                  \
+                        stream_store(dx + i + c, out);                                             \
+                    } else {                                                                       \
+                        store(dx + i + c, out);                                                    \
+                    }                                                                              \
+                }                                                                                  \
+        }                                                                                          \
+        _mm_sfence();                                                                              \
     }
-    for (size_t c = 0; c < 2 * channels; ++c) even[c] += odd[c];
-    for (size_t r = 0; r < rows; ++r)
-        for (size_t c = 0; c < channels; c += 8) {
-            const __m256 g = _mm256_loadu_ps(dy + r * channels + c), v = _mm256_loadu_ps(x + r * channels + c);
-            _mm256_storeu_ps(dx + r * channels + c,
-                             _mm256_add_ps(_mm256_mul_ps(g, _mm256_loadu_ps(even + c)),
-                                           _mm256_mul_ps(v, _mm256_loadu_ps(even + channels + c))));
-        }
-}
 
-/* The same, channels first: `batch` x `channels` planes of `plane` values (a multiple of 4), each
-   plane summed in four vectors of lanes. */
-__attribute__((target("avx2,fma"))) void bn_grad_two_passes_channels_first(
-        const float *x, const float *dy, float *dx, size_t batch, size_t channels, size_t plane,
-        float *sums) {
-    for (size_t c = 0; c < 2 * channels; ++c) sums[c] = 0.0f;
-    for (size_t p = 0; p < batch * channels; ++p) {
-        const float *xp = x + p * plane, *gp = dy + p * plane;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
-        __m128 a = _mm_setzero_ps(), b = a;
-        size_t i = 0;
-        for (; i + 16 <= plane; i += 16) {
-            const __m256 g0 = _mm256_loadu_ps(gp + i), g1 = _mm256_loadu_ps(gp + i + 8);
-            a0 = _mm256_add_ps(a0, g0);
-            a1 = _mm256_add_ps(a1, g1);
-            b0 = _mm256_add_ps(b0, _mm256_mul_ps(g0, _mm256_loadu_ps(xp + i)));
-            b1 = _mm256_add_ps(b1, _mm256_mul_ps(g1, _mm256_loadu_ps(xp + i + 8)));
-        }
-        for (; i < plane; i += 4) {
-            const __m128 g = _mm_loadu_ps(gp + i);
-            a = _mm_add_ps(a, g);
-            b = _mm_add_ps(b, _mm_mul_ps(g, _mm_loadu_ps(xp + i)));
-        }
-        float lanes[8];
-        _mm256_storeu_ps(lanes, _mm256_add_ps(a0, a1));
-        for (int l = 0; l < 8; ++l) sums[p % channels] += lanes[l];
-        _mm256_storeu_ps(lanes, _mm256_add_ps(b0, b1));
-        for (int l = 0; l < 8; ++l) sums[channels + p % channels] += lanes[l];
-        _mm_storeu_ps(lanes, a);
-        _mm_storeu_ps(lanes + 4, b);
-        for (int l = 0; l < 4; ++l) {
-            sums[p % channels] += lanes[l];
-            sums[channels + p % channels] += lanes[4 + l];
-        }
-    }
-    for (size_t p = 0; p < batch * channels; ++p) {
-        const __m256 k = _mm256_set1_ps(sums[p % channels]), m = _mm256_set1_ps(sums[channels + p % channels]);
-        const float *xp = x + p * plane, *gp = dy + p * plane;
-        float *dp = dx + p * plane;
-        size_t i = 0;
-        for (; i + 8 <= plane; i += 8)
-            _mm256_storeu_ps(dp + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(gp + i), k),
-                                                   _mm256_mul_ps(_mm256_loadu_ps(xp + i), m)));
-        for (; i < plane; i += 4)
-            _mm_storeu_ps(dp + i, _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(gp + i), _mm256_castps256_ps128(k)),
-                                             _mm_mul_ps(_mm_loadu_ps(xp + i), _mm256_castps256_ps128(m))));
-    }
-}
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+BN_TWO_PASSES(avx512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_stream_ps,
+              _mm512_add_ps, _mm512_mul_ps)
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+BN_TWO_PASSES(avx2, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_stream_ps,
+              _mm256_add_ps, _mm256_mul_ps)
+#pragma GCC pop_options
 """
 
 
@@ -374,7 +363,8 @@ def main(argv=None):
     parser.add_argument("--isa", choices=["avx512", "avx2"], default=None,
                         help="default: every one this CPU runs")
     parser.add_argument("--batch-norm", action="store_true",
-                        help="also the batch-norm gradient's memory floor at compare.py's shapes")
+                        help="also the batch-norm gradient's memory floor at compare.py's "
+                        "channels-last shapes")
     parser.add_argument("--bn-batch", type=int, default=None,
                         help="the batch of those shapes (default: compare.py's)")
     args = parser.parse_args(argv)
@@ -429,7 +419,7 @@ def main(argv=None):
         channel_gradient_floors(lib, isas, x, g, out, inside)
         if args.batch_norm:
             fqcore.set_isa(isas[-1] if isas else fqcore.get_isa())
-            batch_norm_floors(lib, args.bn_batch)
+            batch_norm_floors(lib, fqcore.get_isa(), args.bn_batch)
     return 0
 
 
@@ -533,45 +523,79 @@ def channel_gradient_floors(lib, isas, x, g, out, inside, period=CHANNEL_PERIOD)
         print(table_row(isa, t_add, times))
 
 
-def batch_norm_floors(lib, batch):
-    """The batch-norm gradient table: np.add, the two passes alone, fqcore's gradient (us)."""
-    from benchmarks.compare_batch_norm import CASES, EPSILON, TARGET_GRAD
+def batch_norm_floors(lib, isa, batch):
+    """The batch-norm gradient table, channels-last cases: np.add, pass 1 alone, the two passes,
+    fqcore's gradient and PyTorch's (us), each case's candidates timed in turns."""
+    from benchmarks.compare import load_torch
+    from benchmarks.compare_batch_norm import CASES, TARGET_GRAD, TARGET_TORCH, BnCase, channels
     from fqcore.malloc import keep_freed_memory
     keep_freed_memory()  # as compare.py: the gradient's new dx reuses freed pages
-    print(f"\nBatch-norm gradient (training), one thread, {fqcore.get_isa()}: us per call; target "
-          f"fqcore / np.add <= {TARGET_GRAD}\n")
-    print("| format | shape | np.add | two passes alone | passes / np.add | fqcore gradient | "
-          "fqcore / np.add |")
-    print("|---|---|---|---|---|---|---|")
-    pointer, size = ctypes.c_void_p, ctypes.c_size_t
-    lib.bn_grad_two_passes_channels_last.argtypes = [pointer] * 3 + [size] * 2 + [pointer]
-    lib.bn_grad_two_passes_channels_first.argtypes = [pointer] * 3 + [size] * 3 + [pointer]
-    rng = np.random.default_rng(0)
+    torch, _ = load_torch(True)
+    print(f"\nBatch-norm gradient (training, channels last), one thread, {isa}: us per call; "
+          f"targets fqcore / np.add <= {TARGET_GRAD}, PyTorch / fqcore >= {TARGET_TORCH}\n")
+    print("| format | shape | np.add | pass 1 alone | two passes, dx plain / streamed | "
+          "passes / np.add | fqcore gradient | fqcore / np.add | fqcore / passes | PyTorch | "
+          "PyTorch / passes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    sums_loop, passes_loop = batch_norm_loops(lib, isa)
     for fmt, shape in CASES:
-        shape = (batch or shape[0],) + shape[1:]
-        channels_last = fmt.endswith("C")
-        channels = shape[-1] if channels_last else shape[1]
-        x = rng.standard_normal(shape, dtype=np.float32)
-        dy = rng.standard_normal(shape, dtype=np.float32)
-        dx, sums = np.empty_like(x), np.empty(4 * channels, np.float32)
-        ones, zeros = np.ones(channels, np.float32), np.zeros(channels, np.float32)
-        forward = fqcore.fused_batch_norm(x, ones, zeros, epsilon=EPSILON, data_format=fmt)
-        if channels_last:
-            passes = lambda: lib.bn_grad_two_passes_channels_last(  # noqa: E731
-                x.ctypes.data, dy.ctypes.data, dx.ctypes.data, x.size // channels, channels,
-                sums.ctypes.data)
-        else:
-            passes = lambda: lib.bn_grad_two_passes_channels_first(  # noqa: E731
-                x.ctypes.data, dy.ctypes.data, dx.ctypes.data, shape[0], channels,
-                x.size // (shape[0] * channels), sums.ctypes.data)
-        t_add = best_time(lambda: np.add(x, dy, out=dx))
-        t_passes = best_time(passes)
-        t_kernel = best_time(lambda: fqcore.fused_batch_norm_grad(
-            dy, x, ones, forward.reserve_space_1, forward.reserve_space_2, forward.reserve_space_3,
-            EPSILON, fmt, True))
-        print(f"| {fmt} | {'x'.join(map(str, shape))} | {t_add * 1e6:.2f} | {t_passes * 1e6:.2f} | "
-              f"{t_passes / t_add:.2f} | {t_kernel * 1e6:.2f} | {t_kernel / t_add:.2f} |")
+        if not fmt.endswith("C"):
+            continue
+        case = BnCase(fmt, (batch or shape[0],) + shape[1:], torch=torch)
+        width = channels(fmt, case.shape)
+        rows = case.n // width
+        item_rows = max(1, BN_CHUNK // width)
+        dx = placed_arrays(case.shape, 1)[0]  # aligned for the streamed stores
+        sums = np.empty(4 * width, np.float32)
+        x, dy, out, s = case.x.ctypes.data, case.dy.ctypes.data, dx.ctypes.data, sums.ctypes.data
+        candidates = {
+            "np.add": case.numpy_add(),
+            "pass 1": lambda: sums_loop(x, dy, rows, width, s),
+            "plain": lambda: passes_loop(x, dy, out, rows, width, s, item_rows, 0),
+            "streamed": lambda: passes_loop(x, dy, out, rows, width, s, item_rows, 1),
+            "fqcore": case.fq_gradient(),
+        }
+        if torch is not None:
+            candidates["torch"] = case.torch_gradient(torch)
+        t = in_turns(candidates)
+        t_passes = min(t["plain"], t["streamed"])
+        t_torch = t.get("torch")
+        torch_cells = (f"{t_torch * 1e6:.1f} | {t_torch / t_passes:.2f}" if t_torch
+                       else "not installed | ")
+        print(f"| {fmt} | {'x'.join(map(str, case.shape))} | {t['np.add'] * 1e6:.1f} | "
+              f"{t['pass 1'] * 1e6:.1f} | {t['plain'] * 1e6:.1f} / {t['streamed'] * 1e6:.1f} | "
+              f"{t_passes / t['np.add']:.2f} | {t['fqcore'] * 1e6:.1f} | "
+              f"{t['fqcore'] / t['np.add']:.2f} | {t['fqcore'] / t_passes:.2f} | {torch_cells} |")
+    print("\nChannels first, fqcore's gradient walks blocks of channels whose second pass reads x "
+          "and dy from L2 (bn_walk.c), so they come from memory once: two passes over the whole "
+          "tensor bound it from above only, and are not timed.")
 
+
+def batch_norm_loops(lib, isa):
+    """bn_sums_<isa> (x, dy, rows, channels, sums) and bn_two_passes_<isa> (x, dy, dx, rows,
+    channels, sums, item_rows, stream), ready to call."""
+    pointer, size = ctypes.c_void_p, ctypes.c_size_t
+    sums_loop, passes_loop = getattr(lib, f"bn_sums_{isa}"), getattr(lib, f"bn_two_passes_{isa}")
+    sums_loop.argtypes = [pointer] * 2 + [size] * 2 + [pointer]
+    passes_loop.argtypes = [pointer] * 3 + [size] * 2 + [pointer, size, ctypes.c_int]
+    sums_loop.restype = passes_loop.restype = None
+    return sums_loop, passes_loop
+
+
+def in_turns(candidates, turns=9, batch_s=0.02):
+    """{name: best per-call time}: each turn runs every candidate for a batch of at least batch_s,
+    in alternating order, so that each meets the caches the others leave (as in compare.py)."""
+    best = dict.fromkeys(candidates, float("inf"))
+    names = list(candidates)
+    for turn in range(turns):
+        for name in names if turn % 2 == 0 else names[::-1]:
+            fn = candidates[name]
+            calls, start = 0, time.perf_counter()
+            while time.perf_counter() - start < batch_s:
+                fn()
+                calls += 1
+            best[name] = min(best[name], (time.perf_counter() - start) / calls)
+    return best
 
 if __name__ == "__main__":
     sys.exit(main())
