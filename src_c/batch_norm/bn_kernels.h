@@ -97,8 +97,10 @@ static inline void fq_bn_sum_run(const void *dy, const void *x, fq_dtype dtype, 
    cross the end of a period, except at a period of 1, where only entry 0 is read; `stream` asks
    for float32 output to bypass the caches (it is too large to stay). The sums may prefetch (never
    read) the `readable_after` elements that follow the last run: a caller that splits one array
-   into consecutive calls lets each call fetch the next one's start. `from_memory` says the gradient's inputs are too large to stay in the caches (it
-   picks a walk, bn_simd.h, not a result). */
+   into consecutive calls lets each call fetch the next one's start. `rows_in_order` asks for the
+   gradient's sums to walk rows in memory order where the period allows (bn_simd.h,
+   sums_in_order): the caller's choice for inputs too large to stay in the caches, on CPUs that gain
+   by it (bn_walk.c). It picks a walk, not a result. */
 typedef struct {
     /* The float32 runs (fq_bn_sum_run) of a = x - shift[p] and a * a into sum[p], sum_sq[p]. */
     void (*moments)(const void *x, fq_dtype dtype, size_t runs, size_t run_stride, size_t count,
@@ -108,7 +110,7 @@ typedef struct {
     void (*grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                       size_t run_stride, size_t count, size_t period, const float *mean,
                       double *sum_dy, double *sum_dy_xc, size_t table_stride,
-                      size_t readable_after, int from_memory);
+                      size_t readable_after, int rows_in_order);
     /* y = fq_bn_normalize_one(x, a[p], b[p], c[p], d[p]). */
     void (*normalize)(const void *x, void *y, fq_dtype dtype, size_t runs, size_t run_stride,
                       size_t count, size_t period, const fq_bn_table *table, size_t table_stride,

@@ -34,9 +34,9 @@ static void moments__scalar(const void *x, fq_dtype dtype, size_t runs, size_t r
 static void grad_sums__scalar(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                               size_t run_stride, size_t count, size_t period, const float *mean,
                               double *sum_dy, double *sum_dy_xc, size_t table_stride,
-                              size_t readable_after, int from_memory) {
+                              size_t readable_after, int rows_in_order) {
     (void)readable_after;
-    (void)from_memory;
+    (void)rows_in_order;
     sums__scalar(dy, x, dtype, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, table_stride);
 }
 

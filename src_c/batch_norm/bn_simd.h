@@ -265,12 +265,14 @@ BN_INLINE size_t sums_strips(const void *dy, const void *x, fq_dtype dtype, size
    moments, one input, gain nothing. Two rows at once (half the runs' loads and stores) was 2x
    slower beyond L2: the prefetchers do not follow two interleaved streams a row apart. With the
    inputs in the caches the strips are faster (AVX-512, back to back: periods 144-256, 64-4096
-   rows, 0.11-0.18 -> 0.16-0.22; 8192 rows of 256, 16 MB, even), hence from_memory. */
+   rows, 0.11-0.18 -> 0.16-0.22; 8192 rows of 256, 16 MB, even), hence only for data from memory,
+   and only on Zen: on an Intel Xeon the strips are faster there too (kernel_choices.c,
+   fq_bn_sums_in_order). */
 #define BN_IN_ORDER_MIN_PERIOD ((size_t)48)
 #define BN_IN_ORDER_MAX_PERIOD ((size_t)384)
 
-BN_INLINE int sums_in_order(const void *dy, size_t period, int from_memory) {
-    return dy != NULL && from_memory && period > BN_STRIP_VECTORS * BN_W &&
+BN_INLINE int sums_in_order(const void *dy, size_t period, int rows_in_order) {
+    return dy != NULL && rows_in_order && period > BN_STRIP_VECTORS * BN_W &&
            period >= BN_IN_ORDER_MIN_PERIOD && period <= BN_IN_ORDER_MAX_PERIOD;
 }
 
@@ -316,7 +318,7 @@ BN_INLINE size_t sums_rows_in_order(const void *dy, const void *x, fq_dtype dtyp
 BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                          size_t run_stride, size_t count, size_t period, const float *center,
                          double *sum_a, double *sum_b, size_t table_stride, size_t readable_after,
-                         int from_memory) {
+                         int rows_in_order) {
     if (period == BN_W) {
         for (size_t j = 0; j < runs; ++j) {
             const size_t run = j * run_stride, t = j * table_stride;
@@ -329,7 +331,7 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
     const size_t rows = count / period;
     const size_t group = period > BN_STRIP_VECTORS * BN_W ? BN_GROUP_ROWS : rows + 1;
     const size_t size = fq_dtype_size(dtype);
-    const int in_order = sums_in_order(dy, period, from_memory);
+    const int in_order = sums_in_order(dy, period, rows_in_order);
     float runs_a[BN_IN_ORDER_MAX_PERIOD], runs_b[BN_IN_ORDER_MAX_PERIOD];
     for (size_t j = 0; j < runs; ++j) {
         const size_t run = j * run_stride, t = j * table_stride;
@@ -603,11 +605,11 @@ static void BN_NAME(moments)(const void *x, fq_dtype dtype, size_t runs, size_t 
 static void BN_NAME(grad_sums)(const void *dy, const void *x, fq_dtype dtype, size_t runs,
                                size_t run_stride, size_t count, size_t period, const float *mean,
                                double *sum_dy, double *sum_dy_xc, size_t ts, size_t after,
-                               int from_memory) {
+                               int rows_in_order) {
     BN_BY_DTYPE(
-        sums_body(dy, x, FQ_DTYPE_F32, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after, from_memory),
-        sums_body(dy, x, FQ_DTYPE_F16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after, from_memory),
-        sums_body(dy, x, FQ_DTYPE_BF16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after, from_memory))
+        sums_body(dy, x, FQ_DTYPE_F32, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after, rows_in_order),
+        sums_body(dy, x, FQ_DTYPE_F16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after, rows_in_order),
+        sums_body(dy, x, FQ_DTYPE_BF16, runs, run_stride, count, period, mean, sum_dy, sum_dy_xc, ts, after, rows_in_order))
 }
 
 #define BN_PASS(pass, dy, x, out)                                                            \

@@ -22,7 +22,7 @@
    item restarts the prefetchers); this size still splits every benchmarked shape over 2 threads. */
 #define BN_CHUNK ((size_t)65536)
 /* An op whose arrays together exceed this is taken to be beyond the caches: its sums walk as for
-   data from memory (sums_first_channels; from_memory in bn_simd.h), and its pass writes its output
+   data from memory (sums_first_channels; rows_in_order in bn_simd.h), and its pass writes its output
    with non-temporal stores: the stores then skip reading each destination line first (a quarter of
    an np.add-like pass's memory traffic), and an output this large is unlikely to be read from the
    cache. At 32 MiB the NHWC 64x14x14x256 forward (25.6 MB) was not streamed: with TF and PyTorch
@@ -90,7 +90,7 @@ static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run
     } else {
         w->kernels->grad_sums(at(job->dy, first, w->element_size), x, w->dtype, runs, run_stride,
                               count, period, center, a, b, table_stride, readable_after,
-                              job->from_memory);
+                              job->from_memory && fq_bn_sums_in_order());
     }
 }
 

@@ -93,6 +93,20 @@ int fq_bn_gradient_blocks(void) { return forced_or(&forced_bn_blocks, !on_zen())
 
 void fq_force_bn_blocks(int blocks) { force(&forced_bn_blocks, blocks); }
 
+static int forced_bn_sums_in_order = -1;
+
+/* Zen 4 gains from the sums in memory order (bn_simd.h, BN_IN_ORDER_MIN_PERIOD, has its figures).
+   An Intel Xeon (Sapphire Rapids class) loses, one thread: the sums alone at 6.4M float32
+   elements, strips against memory order, AVX-512 at periods 128 and 256 2.36 and 2.35 against
+   3.07 and 3.59 ms, AVX2 at 64, 128 and 256 2.15-2.24 against 3.12-3.33 ms; the whole gradient,
+   two runs alternating in one process, AVX2 NHWC 32x56x56x64 6.60-6.97 against 8.95-9.65 ms and
+   64x14x14x256 2.84-2.91 against 3.04-3.18 ms; AVX-512 64x14x14x256 2.71-2.80 against
+   2.70-2.86 ms (its period of 64 is walked in strips either way). Zen 5 keeps memory order,
+   unmeasured. */
+int fq_bn_sums_in_order(void) { return forced_or(&forced_bn_sums_in_order, on_zen()); }
+
+void fq_force_bn_sums_in_order(int in_order) { force(&forced_bn_sums_in_order, in_order); }
+
 static int forced_grad_strips = -1;
 
 /* The AVX2 path, whose registers hold the grids of 32 positions: Intel Xeon (Sapphire Rapids class)
@@ -137,16 +151,18 @@ const char *fq_kernel_choices(void) {
         [FQ_ROWS_SHARE_GRID_PAIRS_AT_4K] = ROWS_SHARE ", in pairs 4 KiB apart",
         [FQ_ONE_ROW_PAST_L2] = ROWS_SHARE " in L2, one row at a time past it",
         [FQ_SHORT_ROWS_FLAT] = ROWS_SHARE ", in pairs 4 KiB apart; short rows flat"};
-    static _Thread_local char text[384];
+    static _Thread_local char text[512];
     const fq_isa isa = fq_get_isa();
     if (isa == FQ_ISA_SCALAR) return "scalar kernels: no choices";
     snprintf(text, sizeof text,
              "per-channel forward: %s; per-channel gradient: %s; its groups in L2: %s; "
-             "batch-norm channels-first gradient: %s; Args forward: %s",
+             "batch-norm channels-first gradient: %s; channels-last gradient sums from memory: "
+             "%s; Args forward: %s",
              walks[fq_row_walk_for(isa)], fq_grad_strips_for(isa) ? "strips in L2" : "no strips",
              fq_grad_skips_quiet_vectors_for(isa) ? "loud vectors alone"
                                                   : "every vector if one is loud",
              fq_bn_gradient_blocks() ? "blocks of channels" : "two passes",
+             fq_bn_sums_in_order() ? "in memory order" : "strips",
              fq_forward_on_fma_for(isa) ? "subtractions on the FMAs" : "plain subtractions");
     return text;
 }

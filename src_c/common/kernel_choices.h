@@ -34,6 +34,14 @@ void fq_force_row_walk(int walk);
 int fq_bn_gradient_blocks(void);
 void fq_force_bn_blocks(int blocks);
 
+/* Whether a channels-last batch-norm gradient whose arrays are beyond the caches sums its rows in
+   memory order where the period allows (batch_norm/bn_simd.h, sums_in_order), rather than in
+   strips of positions down groups of rows as for data in the caches; the bits are the same.
+   fq_force_bn_sums_in_order(1 or 0) fixes it for every CPU (the C harness checks both),
+   fq_force_bn_sums_in_order(-1) undoes that. */
+int fq_bn_sums_in_order(void);
+void fq_force_bn_sums_in_order(int in_order);
+
 /* Whether per-channel gradients of short periods whose data is in L2 walk in strips, each strip
    of positions down all the rows with its grids in registers (fake_quant/fq_simd.h, grad_strips),
    rather than row by row loading every vector's grids. fq_force_grad_strips(1 or 0) fixes it for
