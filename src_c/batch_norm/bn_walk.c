@@ -22,10 +22,10 @@
    item restarts the prefetchers); this size still splits every benchmarked shape over 2 threads. */
 #define BN_CHUNK ((size_t)65536)
 /* An op whose arrays together exceed this is taken to be beyond the caches: its sums walk as for
-   data from memory (sums_first_channels; rows_in_order in bn_simd.h), and its pass writes its output
-   with non-temporal stores: the stores then skip reading each destination line first (a quarter of
-   an np.add-like pass's memory traffic), and an output this large is unlikely to be read from the
-   cache. At 32 MiB the NHWC 64x14x14x256 forward (25.6 MB) was not streamed: with TF and PyTorch
+   data from memory (sums_first_channels; rows_in_order in bn_simd.h, where the CPU gains by it),
+   and its pass writes its output with non-temporal stores: the stores then skip reading each
+   destination line first (a quarter of an np.add-like pass's memory traffic), and an output this
+   large is unlikely to be read from the cache. At 32 MiB the NHWC 64x14x14x256 forward (25.6 MB) was not streamed: with TF and PyTorch
    interleaved (compare.py, x and y out of the caches at each batch's start) it took 2.0-2.2 ms,
    streamed 1.42-1.46 ms (Intel Xeon, one thread, three runs); called back to back, with its arrays
    in L3, streamed is 3-5% slower (forward 1.40 -> 1.43-1.46 ms, inference 0.92 -> 0.97 ms). */
