@@ -525,8 +525,9 @@ def channel_gradient_floors(lib, isas, x, g, out, inside, period=CHANNEL_PERIOD)
 
 def batch_norm_floors(lib, isa, batch):
     """The batch-norm gradient table, channels-last cases: np.add, pass 1 alone, the two passes,
-    fqcore's gradient and PyTorch's (us), each case's candidates timed in turns."""
-    from benchmarks.compare import load_torch
+    fqcore's gradient and PyTorch's (us), each case's candidates timed in turns as compare.py times
+    them (9 batches of 20 ms each, interleaved in alternating order; the fastest batch counts)."""
+    from benchmarks.compare import Timer, load_torch
     from benchmarks.compare_batch_norm import CASES, TARGET_GRAD, TARGET_TORCH, BnCase, channels
     from fqcore.malloc import keep_freed_memory
     keep_freed_memory()  # as compare.py: the gradient's new dx reuses freed pages
@@ -557,7 +558,7 @@ def batch_norm_floors(lib, isa, batch):
         }
         if torch is not None:
             candidates["torch"] = case.torch_gradient(torch)
-        t = in_turns(candidates)
+        t = {name: r["min"] for name, r in Timer(9, 0.02).measure(candidates).items()}
         t_passes = min(t["plain"], t["streamed"])
         t_torch = t.get("torch")
         torch_cells = (f"{t_torch * 1e6:.1f} | {t_torch / t_passes:.2f}" if t_torch
@@ -581,21 +582,6 @@ def batch_norm_loops(lib, isa):
     sums_loop.restype = passes_loop.restype = None
     return sums_loop, passes_loop
 
-
-def in_turns(candidates, turns=9, batch_s=0.02):
-    """{name: best per-call time}: each turn runs every candidate for a batch of at least batch_s,
-    in alternating order, so that each meets the caches the others leave (as in compare.py)."""
-    best = dict.fromkeys(candidates, float("inf"))
-    names = list(candidates)
-    for turn in range(turns):
-        for name in names if turn % 2 == 0 else names[::-1]:
-            fn = candidates[name]
-            calls, start = 0, time.perf_counter()
-            while time.perf_counter() - start < batch_s:
-                fn()
-                calls += 1
-            best[name] = min(best[name], (time.perf_counter() - start) / calls)
-    return best
 
 if __name__ == "__main__":
     sys.exit(main())
