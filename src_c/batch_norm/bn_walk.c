@@ -77,6 +77,8 @@ typedef struct {
     double *partials;     /* channels-last: blocks x (sum_a[period], sum_b[period]);
                              channels-first: per lane of each channel, sum_a then sum_b */
     int from_memory;      /* the op's arrays are beyond the caches (beyond_caches) */
+    int rows_in_order;    /* the gradient's sums walk rows in memory order: from_memory on a CPU
+                             that gains by it (fq_bn_sums_in_order), found once a call */
 } sums_job;
 
 static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run_stride,
@@ -90,7 +92,7 @@ static void sums_call(const sums_job *job, size_t first, size_t runs, size_t run
     } else {
         w->kernels->grad_sums(at(job->dy, first, w->element_size), x, w->dtype, runs, run_stride,
                               count, period, center, a, b, table_stride, readable_after,
-                              job->from_memory && fq_bn_sums_in_order());
+                              job->rows_in_order);
     }
 }
 
@@ -375,7 +377,8 @@ fq_status fq_bn_walk_fused(const fq_bn_walk *w, fq_bn_pass pass, const void *dy,
         return FQ_OK;
     }
     const int from_memory = beyond_caches(w, pass);
-    fused_job job = {{w, dy, x, NULL, 0, 0, 0, NULL, from_memory},
+    const int rows_in_order = from_memory && fq_bn_sums_in_order();
+    fused_job job = {{w, dy, x, NULL, 0, 0, 0, NULL, from_memory, rows_in_order},
                      {w, pass, dy, x, out, 1, 0, 0, from_memory, *per_channel},
                      sum_a, sum_b, finish, context, 1};
     fq_status status;
