@@ -273,15 +273,25 @@ CHANNEL_STREAMS(avx2, __m256, 8, STRIP_AVX2, 2, _mm256_loadu_ps, _mm256_storeu_p
    dx = dy * k + x * m in items of `item_rows` rows from the last item to the first, each in
    memory order: it starts on what pass 1 left in the caches. `stream` writes dx with
    non-temporal stores (dx aligned to W floats), as the kernel does when its arrays exceed 16 MiB.
-   bn_sums_<isa> is pass 1 alone: what reading x and dy once costs. */
+   bn_sums_<isa> is pass 1 alone: what reading x and dy once costs. Pass 1 asks for the lines
+   BN_FETCH_AHEAD_FLOATS floats ahead of each row, as the kernel fetches its next group of rows
+   (bn_simd.h), so that no walk of fqcore's reads faster than the floor's: on the Intel Xeon, 6.4M
+   floats, pass 1 took 1.82 ms without, 1.76-1.78 ms with (2048 to 16384 floats ahead alike). */
+#define BN_FETCH_AHEAD_FLOATS 4096
 #define BN_TWO_PASSES(isa, vec, W, load, store, stream_store, add, mul)                            \
     void bn_sums_##isa(const float *x, const float *dy, size_t rows, size_t channels,             \
                        float *sums) {                                                              \
         float *even = sums, *odd = sums + 2 * channels; /* sum dy, then sum dy * x */             \
         for (size_t c = 0; c < 4 * channels; ++c) sums[c] = 0.0f;                                  \
+        const size_t ahead = BN_FETCH_AHEAD_FLOATS / channels;                                    \
         for (size_t r = 0; r < rows; ++r) {                                                        \
             float *s = r % 2 ? odd : even;                                                         \
             const float *xr = x + r * channels, *gr = dy + r * channels;                           \
+            if (r + ahead < rows)                                                                  \
+                for (size_t c = 0; c < channels; c += 16) {                                        \
+                    __builtin_prefetch(xr + ahead * channels + c);                                 \
+                    __builtin_prefetch(gr + ahead * channels + c);                                 \
+                }                                                                                  \
             for (size_t c = 0; c < channels; c += W) {                                             \
                 const vec g = load(gr + c);                                                        \
                 store(s + c, add(load(s + c), g));                                                 \
