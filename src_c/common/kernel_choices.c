@@ -101,8 +101,8 @@ static int forced_bn_sums_in_order = -1;
    3.07 and 3.59 ms, AVX2 at 64, 128 and 256 2.15-2.24 against 3.12-3.33 ms; the whole gradient,
    two runs alternating in one process, AVX2 NHWC 32x56x56x64 6.60-6.97 against 8.95-9.65 ms and
    64x14x14x256 2.84-2.91 against 3.04-3.18 ms; AVX-512 64x14x14x256 2.71-2.80 against
-   2.70-2.86 ms (its period of 64 is walked in strips either way). Zen 5 keeps memory order,
-   unmeasured. */
+   2.70-2.86 ms, and 32x56x56x64 the same either way (one strip covers its period of 64, never
+   walked in memory order). Zen 5 keeps memory order, unmeasured. */
 int fq_bn_sums_in_order(void) { return forced_or(&forced_bn_sums_in_order, on_zen()); }
 
 void fq_force_bn_sums_in_order(int in_order) { force(&forced_bn_sums_in_order, in_order); }
