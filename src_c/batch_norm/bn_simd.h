@@ -173,7 +173,7 @@ BN_INLINE size_t sums_one_vector_run(const void *dy, const void *x, fq_dtype dty
     return i;
 }
 
-/* A period wider than one vector is walked in groups of BN_GROUP_ROWS rows (whole float32 runs):
+/* A period other than one vector is walked in groups of BN_GROUP_ROWS rows (whole float32 runs):
    each strip adds the group's rows with its accumulators in registers, then the next strip takes
    the same rows. Column by column, a group's lines are read out of order, which the hardware
    prefetchers do not follow; so each strip step asks for the next group's lines, in memory order
@@ -333,7 +333,6 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
         return;
     }
     const size_t rows = count / period;
-    const size_t group = period > BN_W ? BN_GROUP_ROWS : rows + 1;
     const size_t size = fq_dtype_size(dtype);
     const int in_order = sums_in_order(dy, period, rows_in_order);
     float runs_a[BN_IN_ORDER_MAX_PERIOD], runs_b[BN_IN_ORDER_MAX_PERIOD];
@@ -344,10 +343,10 @@ BN_INLINE void sums_body(const void *dy, const void *x, fq_dtype dtype, size_t r
         /* Only a whole next group is fetched ahead, within the run or what may follow the last
            one (whole periods follow a run of whole periods). */
         const size_t after = j + 1 == runs && rows * period == count ? readable_after : 0;
-        for (size_t r0 = 0; r0 < rows; r0 += group) {
-            const size_t g = rows - r0 < group ? rows - r0 : group;
+        for (size_t r0 = 0; r0 < rows; r0 += BN_GROUP_ROWS) {
+            const size_t g = rows - r0 < BN_GROUP_ROWS ? rows - r0 : BN_GROUP_ROWS;
             const size_t first = run + r0 * period;
-            const int ahead = (r0 + 2 * group) * period <= rows * period + after;
+            const int ahead = (r0 + 2 * BN_GROUP_ROWS) * period <= rows * period + after;
             const size_t next = (first + g * period) * size;
             const size_t rest =
                 in_order ? sums_rows_in_order(dy, x, dtype, first, g, period, c, a, b, runs_a, runs_b)
