@@ -25,10 +25,11 @@
    data from memory (sums_first_channels; rows_in_order in bn_simd.h, where the CPU gains by it),
    and its pass writes its output with non-temporal stores: the stores then skip reading each
    destination line first (a quarter of an np.add-like pass's memory traffic), and an output this
-   large is unlikely to be read from the cache. At 32 MiB the NHWC 64x14x14x256 forward (25.6 MB) was not streamed: with TF and PyTorch
-   interleaved (compare.py, x and y out of the caches at each batch's start) it took 2.0-2.2 ms,
-   streamed 1.42-1.46 ms (Intel Xeon, one thread, three runs); called back to back, with its arrays
-   in L3, streamed is 3-5% slower (forward 1.40 -> 1.43-1.46 ms, inference 0.92 -> 0.97 ms). */
+   large is unlikely to be read from the cache. At 32 MiB the NHWC 64x14x14x256 forward (25.6 MB)
+   was not streamed: with TF and PyTorch interleaved (compare.py, x and y out of the caches at each
+   batch's start) it took 2.0-2.2 ms, streamed 1.42-1.46 ms (Intel Xeon, one thread, three runs);
+   called back to back, with its arrays in L3, streamed is 3-5% slower (forward 1.40 -> 1.43-1.46
+   ms, inference 0.92 -> 0.97 ms). */
 #define BN_BEYOND_CACHES_BYTES ((size_t)16 << 20)
 
 static const fq_bn_kernels *active_kernels(void) {

@@ -263,7 +263,8 @@ static int is_inf_bits(uint32_t bits, fq_dtype d) {
 }
 
 /* A finite value so large (the largest float32 or bfloat16, which special_bits puts in x and dy)
-   that a product or sum with it may overflow: +inf and -inf that then meet make a NaN of their own. */
+   that a product or sum with it may overflow: +inf and -inf that then meet make a NaN of their
+   own. */
 static int is_huge_bits(uint32_t bits, fq_dtype d) {
     if (d == FQ_DTYPE_F16 || is_nan_bits(bits, d) || is_inf_bits(bits, d)) return 0;
     const uint32_t magnitude = d == FQ_DTYPE_BF16 ? (bits & 0x7fffu) << 16 : bits & 0x7fffffffu;
