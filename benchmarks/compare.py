@@ -790,6 +790,9 @@ def main(argv=None):
         sys.stdout.flush()
 
     print("## Targets missed\n")
+    if meta["isa"] == "scalar" and failures:
+        print("The scalar path is the reference formulas, an element at a time: the targets are set "
+              "for the vector paths, and its misses are listed for the record.\n")
     print("\n".join(f"- {f}" for f in failures) if failures else "None.")
     if unchecked:
         print("\n## Targets not checked\n")
