@@ -101,7 +101,16 @@ def minor_faults():
 
 class Timer:
     """Interleaved batches of calls; per-call minimum and median over the batches, and the page faults
-    per call in the fastest batch (fresh pages for an output cost a fault each: first-touch, not work)."""
+    per call in the fastest batch (fresh pages for an output cost a fault each: first-touch, not work).
+
+    Each batch's timed calls follow half as many untimed ones, so that every candidate is timed in
+    the state its own calls leave, whichever candidate ran before it. Without them the order's
+    first and last candidates (np.add is first) had every other batch follow one of their own, and
+    the others had none. On an Intel Xeon (2 cores of a large L3), fqcore's gradient of a
+    3.2M-element batch norm took 3.7, 3.0, 2.5, 2.4 and 2.3 ms for its first calls after a batch
+    of np.add on other arrays, then 2.25-2.32 ms; after a batch of its own calls, 2.22-2.25 ms
+    (minima of 15 sequences; likely its arrays coming back into the L3). In compare.py that
+    gradient (AVX-512) read 1.71-1.79x np.add without the untimed calls and 1.68-1.69x with them."""
 
     def __init__(self, repeats, sample_s):
         self.repeats = repeats
@@ -134,6 +143,8 @@ class Timer:
             for name, fn, prepare, number in (entries if r % 2 == 0 else entries[::-1]):
                 if prepare:
                     prepare()
+                for _ in range(max(1, number // 2)):
+                    fn()
                 loop = range(number)
                 faults_before = minor_faults()
                 start = time.perf_counter()
@@ -648,7 +659,7 @@ def main(argv=None):
     print(f"- TensorFlow: {tf_text or 'skipped: ' + tf_note}")
     print(f"- PyTorch: {torch.__version__ + ' (1 thread)' if torch else 'skipped: ' + torch_note}")
     print(f"- Timing: time.perf_counter; each batch runs back-to-back calls for >= {sample_s * 1e3:g} ms; "
-          f"{repeats} batches per candidate, interleaved in alternating order after a warm-up; "
+          f"{repeats} batches per candidate, interleaved in alternating order after a warm-up, each batch after half as many untimed calls; "
           f"reported: the **{stat}** over batches of the per-call time. fqcore uses out= buffers; "
           f"TF/PyTorch allocate their results (batch norm: all three allocate).")
     if set(args.sections) - {"bn"}:
