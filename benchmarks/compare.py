@@ -659,7 +659,8 @@ def main(argv=None):
     print(f"- TensorFlow: {tf_text or 'skipped: ' + tf_note}")
     print(f"- PyTorch: {torch.__version__ + ' (1 thread)' if torch else 'skipped: ' + torch_note}")
     print(f"- Timing: time.perf_counter; each batch runs back-to-back calls for >= {sample_s * 1e3:g} ms; "
-          f"{repeats} batches per candidate, interleaved in alternating order after a warm-up, each batch after half as many untimed calls; "
+          f"{repeats} batches per candidate, interleaved in alternating order after a warm-up, "
+          f"each batch after half as many untimed calls; "
           f"reported: the **{stat}** over batches of the per-call time. fqcore uses out= buffers; "
           f"TF/PyTorch allocate their results (batch norm: all three allocate).")
     if set(args.sections) - {"bn"}:

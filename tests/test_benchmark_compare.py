@@ -81,7 +81,6 @@ def test_wide_inputs_are_issue_18s_clipped_case():
     assert abs(np.mean(np.abs(x) > compare.HI) - 0.0455) < 0.001
 
 
-
 def test_each_candidate_is_timed_after_its_own_calls():
     """A candidate whose first call after another candidate's costs 5 ms (as data another batch
     evicted comes back) and later calls 0.2 ms: in the middle of three, its batches always follow
@@ -102,6 +101,7 @@ def test_each_candidate_is_timed_after_its_own_calls():
                                              "middle": candidate("middle", 2e-4),
                                              "last": candidate("last", 1e-4)})
     assert times["middle"]["min"] < 3e-4
+
 
 def test_operands_start_apart_in_a_4k_page():
     """x, g and both out= buffers at four offsets 1 KiB apart (benchmarks/placement.py), holding
