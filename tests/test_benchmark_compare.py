@@ -88,18 +88,18 @@ def test_each_candidate_is_timed_after_its_own_calls():
     its time."""
     last = [None]
 
-    def candidate(name, steady_s):
+    def candidate(name, steady_s, after_another_s):
         def fn():
-            cost = 5e-3 if last[0] not in (None, name) and name == "middle" else steady_s
+            cost = after_another_s if last[0] not in (None, name) else steady_s
             last[0] = name
             end = time.perf_counter() + cost
             while time.perf_counter() < end:
                 pass
         return fn
 
-    times = compare.Timer(4, 0.004).measure({"first": candidate("first", 1e-4),
-                                             "middle": candidate("middle", 2e-4),
-                                             "last": candidate("last", 1e-4)})
+    times = compare.Timer(4, 0.004).measure({"first": candidate("first", 1e-4, 1e-4),
+                                             "middle": candidate("middle", 2e-4, 5e-3),
+                                             "last": candidate("last", 1e-4, 1e-4)})
     assert times["middle"]["min"] < 3e-4
 
 
